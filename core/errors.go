@@ -1,0 +1,45 @@
+package core
+
+import "errors"
+
+// Sentinel errors. Stores and adapters wrap them with %w, so callers test with errors.Is.
+var (
+	// ErrInvalidKey reports a malformed Idempotency-Key header (empty, too long, not
+	// printable ASCII, ambiguous, or sent more than once). The client gets 400.
+	ErrInvalidKey = errors.New("idem: invalid idempotency key")
+
+	// ErrKeyMissing reports a request that needs an Idempotency-Key and has none.
+	// The client gets 400.
+	ErrKeyMissing = errors.New("idem: idempotency key missing")
+
+	// ErrKeyReused reports a key sent again with a different request (method, path or
+	// body). The client gets 422.
+	ErrKeyReused = errors.New("idem: idempotency key reused with a different request")
+
+	// ErrInProgress reports that another request holds the key right now. Stores return
+	// it when the lock wait runs out; the client gets 409 with Retry-After.
+	ErrInProgress = errors.New("idem: a request with this idempotency key is in progress")
+
+	// ErrLeaseLost reports that a worker's lease was taken over by another worker: its
+	// phase commit, completion or release changed nothing and its transaction rolled back.
+	ErrLeaseLost = errors.New("idem: lease lost to another worker")
+
+	// ErrTransient reports a store failure that is safe to retry at once, such as a
+	// serialization failure or a deadlock. Everything was rolled back; the client gets 503
+	// with Retry-After.
+	ErrTransient = errors.New("idem: transient store failure, retry")
+
+	// ErrBodyTooLarge reports a request body over Config.MaxRequestBody. The client gets 413.
+	ErrBodyTooLarge = errors.New("idem: request body too large")
+
+	// ErrNoOperation is returned by OperationFromSafely when the context carries no
+	// idempotent operation (the route is not keyed, or the key was optional and absent).
+	ErrNoOperation = errors.New("idem: no idempotent operation in context")
+
+	// ErrUnsupportedMode is returned by a store asked for a mode it cannot run, such as
+	// atomic mode on a store that has no transaction to share.
+	ErrUnsupportedMode = errors.New("idem: store does not support this mode")
+
+	// ErrInvalidConfig is wrapped by Config.Validate; the message names the field.
+	ErrInvalidConfig = errors.New("idem: invalid config")
+)

@@ -1,0 +1,182 @@
+package core
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// Mode selects how a route claims, executes and records an operation.
+type Mode int
+
+const (
+	// ModeDefault picks ModeAtomic when the store supports it, ModePhased otherwise.
+	ModeDefault Mode = iota
+
+	// ModeAtomic runs the claim, the handler's business writes and the completion in one
+	// database transaction that rides in the request context. A failure rolls everything
+	// back: no key, no business row. Only stores whose SupportsAtomic reports true run it.
+	ModeAtomic
+
+	// ModePhased commits the claim on its own with a lease and a fencing token. The handler
+	// commits named phases, each with its recovery point; a retry after the lease expires
+	// takes over and resumes after the last committed phase. For work that calls the
+	// outside world (payment providers, email, other services).
+	ModePhased
+)
+
+// String returns "default", "atomic" or "phased".
+func (m Mode) String() string {
+	switch m {
+	case ModeAtomic:
+		return "atomic"
+	case ModePhased:
+		return "phased"
+	default:
+		return "default"
+	}
+}
+
+// State is the lifecycle state of a stored key.
+type State string
+
+const (
+	// StateStarted: a request holds or held the key and has not recorded a response.
+	StateStarted State = "started"
+	// StateCompleted: the response is recorded; every later request with the same key
+	// and fingerprint gets it replayed.
+	StateCompleted State = "completed"
+)
+
+// RecoveryStarted is the recovery point of a freshly claimed key, before any phase has
+// committed.
+const RecoveryStarted = "started"
+
+// Claim is what the engine asks a store for: the key of one request in one scope.
+type Claim struct {
+	// Scope isolates keys: the same key in two scopes names two operations.
+	Scope string
+	// Key is the parsed Idempotency-Key (1–255 printable ASCII characters).
+	Key string
+	// Fingerprint is the SHA-256 of the canonical request (32 bytes).
+	Fingerprint []byte
+	// Method and Path are stored for diagnostics; the fingerprint already covers them.
+	Method string
+	Path   string
+	// Mode is ModeAtomic or ModePhased, never ModeDefault.
+	Mode Mode
+	// Lease is how long a phased claim blocks duplicates and takeover. Phase commits
+	// renew it.
+	Lease time.Duration
+	// LockWait bounds how long an atomic claim waits for a twin transaction in flight
+	// before returning ErrInProgress. Zero means the store's own default.
+	LockWait time.Duration
+	// Retention: a key created longer ago than this counts as absent (unless its lease
+	// is live), even before the sweeper deletes it.
+	Retention time.Duration
+}
+
+// Response is a recorded HTTP response: what a replay sends byte for byte.
+type Response struct {
+	// Status is the HTTP status code.
+	Status int
+	// Header holds the allow-listed headers only (never Set-Cookie, Authorization or
+	// WWW-Authenticate).
+	Header http.Header
+	// Body is the response body as bytes, never re-encoded.
+	Body []byte
+}
+
+// Record is a stored key as a store reports it to the engine.
+type Record struct {
+	Scope         string
+	Key           string
+	Fingerprint   []byte
+	Method        string
+	Path          string
+	State         State
+	RecoveryPoint string
+	// LockedUntil is the end of the lease of a StateStarted record (zero when none).
+	LockedUntil time.Time
+	// Response is set when State is StateCompleted.
+	Response    *Response
+	CreatedAt   time.Time
+	CompletedAt time.Time
+}
+
+// Store keeps idempotency keys. Implementations must be safe for concurrent use and must
+// make the claim exclusive in the database itself: two processes claiming one key at once
+// must see exactly one winner. Every store runs the conformance suite in core/storetest.
+type Store interface {
+	// Claim either hands the caller the key, as a Lock, or reports the Record that holds
+	// it. When err is nil exactly one of lock and rec is non-nil.
+	//
+	//   - No record, or a record past c.Retention whose lease is not live: the key is
+	//     claimed and a Lock returned. In ModeAtomic the lock holds an open transaction
+	//     whose first write is the claim; nothing is visible to others until Complete.
+	//     In ModePhased the claim commits at once with state started, recovery point
+	//     RecoveryStarted, a lease of c.Lease and a fresh fencing token.
+	//   - A completed record: returned as rec (the engine replays it or answers 422).
+	//   - A started record with a live lease (phased): returned as rec; the engine
+	//     answers 422 or 409. A store never waits for a live lease.
+	//   - A started record whose lease has expired and whose fingerprint equals
+	//     c.Fingerprint: taken over atomically (only one of several racing claimers wins)
+	//     with a fresh token; the Lock reports TakenOver and the recorded recovery point.
+	//     With a different fingerprint the record is returned instead.
+	//   - A twin transaction in flight (atomic): Claim waits for it up to c.LockWait and
+	//     then returns an error wrapping ErrInProgress; if the twin rolled back, Claim
+	//     claims the key; if it committed, Claim returns its record.
+	//   - A serialization failure or deadlock: an error wrapping ErrTransient.
+	//   - c.Mode not supported: an error wrapping ErrUnsupportedMode.
+	Claim(ctx context.Context, c Claim) (lock Lock, rec *Record, err error)
+
+	// DeleteExpired deletes at most limit records created before before, oldest first,
+	// and reports how many it deleted. It never deletes a record whose lease is live.
+	// Each call is short: it holds no lock beyond its own batch.
+	DeleteExpired(ctx context.Context, before time.Time, limit int) (int, error)
+
+	// SupportsAtomic reports whether the store can run ModeAtomic, that is, whether it
+	// has a transaction to share with the handler.
+	SupportsAtomic() bool
+}
+
+// Lock is a claimed key, held by one request until Complete or Release. A Lock is used by
+// one goroutine at a time.
+type Lock interface {
+	// Context returns ctx carrying the store's transaction for the handler, reached
+	// through the store's own getter (pgxstore.Tx, gormstore.DB). In ModeAtomic that is
+	// the claim's transaction. In ModePhased it is a transaction the store opens lazily
+	// on first use and commits in Complete together with the response, so the handler's
+	// last writes and the recorded response commit together.
+	Context(ctx context.Context) context.Context
+
+	// RecoveryPoint is the last committed phase when the lock was obtained:
+	// RecoveryStarted for a fresh claim.
+	RecoveryPoint() string
+
+	// TakenOver reports whether this lock took over an expired lease.
+	TakenOver() bool
+
+	// Phase runs fn and records point as the new recovery point. In ModePhased fn runs in
+	// a transaction of its own (carried by the ctx fn receives) that commits together
+	// with the new point and a renewed lease, fenced by the lock's token: if the lease
+	// was taken over, nothing commits and Phase returns an error wrapping ErrLeaseLost.
+	// If fn returns an error, its transaction rolls back and Phase returns that error.
+	// In ModeAtomic fn runs in the claim's transaction and commits with everything else.
+	Phase(ctx context.Context, point string, fn func(ctx context.Context) error) error
+
+	// Complete records r as the key's response and ends the lock. In ModeAtomic it
+	// updates the key and commits the transaction, handler writes included. A failed
+	// commit returns an error and leaves neither key nor business rows. In ModePhased it
+	// commits the pending transaction with the response, fenced by the token (ErrLeaseLost
+	// when taken over). Complete must not keep r.Header or r.Body after it returns.
+	Complete(ctx context.Context, r *Response) error
+
+	// Release gives the key up after a failure. In ModeAtomic it rolls back: no key, no
+	// business rows. In ModePhased it rolls back any pending transaction, then deletes
+	// the key if no phase has committed, or else ends the lease at once while keeping the
+	// recovery point, so the next retry takes over and resumes. Fenced by the token:
+	// after a takeover it changes nothing and returns an error wrapping ErrLeaseLost.
+	// Release is safe to call after Complete failed; it is then a no-op.
+	Release(ctx context.Context) error
+}
