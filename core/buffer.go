@@ -1,0 +1,75 @@
+package core
+
+import (
+	"bytes"
+	"net/http"
+	"sync"
+)
+
+// Buffer is the http.ResponseWriter a keyed handler writes into: nothing reaches the
+// client until the engine has recorded (and, in atomic mode, committed) the outcome.
+// Adapters wrap it in their framework's writer. It deliberately implements neither
+// http.Flusher nor http.Hijacker: a streamed or hijacked response cannot be held back
+// and stored, so http.ResponseController reports http.ErrNotSupported to a handler that
+// tries.
+type Buffer struct {
+	header http.Header
+	body   bytes.Buffer
+	status int
+}
+
+var bufferPool = sync.Pool{New: func() any { return &Buffer{header: make(http.Header, 4)} }}
+
+// maxPooledBody keeps one huge response from pinning its memory in the pool.
+const maxPooledBody = 64 << 10
+
+func getBuffer() *Buffer { return bufferPool.Get().(*Buffer) }
+
+func putBuffer(b *Buffer) {
+	if b.body.Cap() > maxPooledBody {
+		return
+	}
+	clear(b.header)
+	b.body.Reset()
+	b.status = 0
+	bufferPool.Put(b)
+}
+
+// Header returns the header map of the held response.
+func (b *Buffer) Header() http.Header { return b.header }
+
+// WriteHeader records the status; later calls are ignored, as net/http does.
+func (b *Buffer) WriteHeader(status int) {
+	if b.status == 0 {
+		b.status = status
+	}
+}
+
+// Write appends to the held body, sending an implicit 200 first as net/http does.
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.WriteHeader(http.StatusOK)
+	return b.body.Write(p)
+}
+
+// WriteString appends to the held body.
+func (b *Buffer) WriteString(s string) (int, error) {
+	b.WriteHeader(http.StatusOK)
+	return b.body.WriteString(s)
+}
+
+// Status returns the status written so far, or 200 when none was.
+func (b *Buffer) Status() int {
+	if b.status == 0 {
+		return http.StatusOK
+	}
+	return b.status
+}
+
+// Written reports whether a status or body has been written.
+func (b *Buffer) Written() bool { return b.status != 0 }
+
+// Size returns the number of body bytes written.
+func (b *Buffer) Size() int { return b.body.Len() }
+
+// Bytes returns the body written so far; valid until the request ends.
+func (b *Buffer) Bytes() []byte { return b.body.Bytes() }

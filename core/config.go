@@ -1,0 +1,250 @@
+package core
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// Config configures an Engine. Zero fields take the default their comment states
+// (DefaultConfig returns them all); Store and Scope are required.
+type Config struct {
+	// Store keeps the keys. Required.
+	Store Store
+
+	// Scope names the caller a key belongs to (account, API key, tenant); keys never
+	// collide across scopes. It runs after authentication, so it can read what that
+	// put in the request context. Required; return a constant for a single-tenant API.
+	Scope func(r *http.Request) string
+
+	// Skip, when it returns true, lets a request through untouched. Default: nil.
+	Skip func(r *http.Request) bool
+
+	// Mode picks atomic or phased. Default: ModeDefault (atomic when the store supports
+	// it, phased otherwise).
+	Mode Mode
+
+	// HeaderName is the request header carrying the key. Default: "Idempotency-Key".
+	HeaderName string
+
+	// Methods lists the methods that take part; others pass through untouched, even
+	// with a key. Default: POST and PATCH.
+	Methods []string
+
+	// KeyOptional lets a request without a key through untouched. Default: false (a
+	// missing key is a 400 problem).
+	KeyOptional bool
+
+	// MinKeyLength rejects shorter keys, to refuse low-entropy keys. Default: 1.
+	MinKeyLength int
+
+	// Lease is how long a phased claim holds the key before another request may take
+	// it over. Phase commits renew it. Default: 60s.
+	Lease time.Duration
+
+	// LeaseWait is how long a duplicate waits for a live phased lease to finish (and
+	// then replays) before answering 409. Default: 0 (answer at once).
+	LeaseWait time.Duration
+
+	// LockWait bounds how long an atomic claim waits for a twin transaction in flight
+	// before answering 409. Default: 2s.
+	LockWait time.Duration
+
+	// Retention is how long a key is kept; an older key counts as absent. Default: 24h.
+	Retention time.Duration
+
+	// MaxRequestBody is the largest request body read; a larger one is a 413 problem
+	// and the handler does not run. Default: 1 MiB.
+	MaxRequestBody int64
+
+	// MaxResponseBody is the largest response body stored. A larger storable response
+	// is sent to the first client and recorded without its body: retries get a 409
+	// problem (with the stored headers, such as Location) and the handler never runs
+	// again. Default: 1 MiB.
+	MaxResponseBody int
+
+	// ReplayHeaders lists the response headers stored and replayed. Set-Cookie,
+	// Authorization, WWW-Authenticate and Proxy-Authenticate are refused by Validate.
+	// Default: Location, Content-Type, Content-Location, ETag, Last-Modified, Link.
+	ReplayHeaders []string
+
+	// Storable decides whether a response status is recorded. Default: StorableStatus
+	// (2xx, 3xx and 4xx except 408, 409, 425 and 429). An unstorable response goes to the
+	// client and releases the key, so a retry runs again.
+	Storable func(status int) bool
+
+	// Fingerprint computes the request fingerprint. Default: Fingerprint (method, path,
+	// query and RFC 8785-canonical JSON body). FingerprintWithHeaders adds headers.
+	Fingerprint FingerprintFunc
+
+	// Problem writes RFC 9457 problems. Default: WriteProblem.
+	Problem ProblemRenderer
+
+	// RetryAfter is sent with 409 and 503 problems. Default: 1s.
+	RetryAfter time.Duration
+
+	// Logger receives store failures and released keys. Default: a logger that
+	// discards everything.
+	Logger *slog.Logger
+
+	// Hooks observes every outcome. Default: nil (none).
+	Hooks Hooks
+}
+
+// Default values, exported for documentation and tests.
+const (
+	DefaultHeaderName      = "Idempotency-Key"
+	DefaultLease           = 60 * time.Second
+	DefaultLockWait        = 2 * time.Second
+	DefaultRetention       = 24 * time.Hour
+	DefaultMaxRequestBody  = 1 << 20
+	DefaultMaxResponseBody = 1 << 20
+	DefaultRetryAfter      = time.Second
+)
+
+// DefaultReplayHeaders are the response headers stored and replayed by default.
+var DefaultReplayHeaders = []string{"Location", "Content-Type", "Content-Location", "ETag", "Last-Modified", "Link"}
+
+// neverReplayed headers carry credentials or per-client state; they are never stored.
+var neverReplayed = []string{"Set-Cookie", "Authorization", "WWW-Authenticate", "Proxy-Authenticate"}
+
+// DefaultConfig returns a Config with every default filled in except Store and Scope.
+func DefaultConfig() Config {
+	return Config{
+		HeaderName:      DefaultHeaderName,
+		Methods:         []string{http.MethodPost, http.MethodPatch},
+		MinKeyLength:    1,
+		Lease:           DefaultLease,
+		LockWait:        DefaultLockWait,
+		Retention:       DefaultRetention,
+		MaxRequestBody:  DefaultMaxRequestBody,
+		MaxResponseBody: DefaultMaxResponseBody,
+		ReplayHeaders:   append([]string(nil), DefaultReplayHeaders...),
+		Storable:        StorableStatus,
+		Fingerprint:     Fingerprint,
+		Problem:         WriteProblem,
+		RetryAfter:      DefaultRetryAfter,
+		Logger:          slog.New(slog.DiscardHandler),
+	}
+}
+
+// StorableStatus is the default Config.Storable: 2xx, 3xx and deterministic 4xx are
+// recorded; 408, 409, 425, 429 (the client should simply retry) and every 5xx are not.
+func StorableStatus(status int) bool {
+	switch {
+	case status >= 200 && status < 400:
+		return true
+	case status >= 400 && status < 500:
+		switch status {
+		case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+			return false
+		}
+		return true
+	}
+	return false
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	d := DefaultConfig()
+	if c.HeaderName == "" {
+		c.HeaderName = d.HeaderName
+	}
+	if c.Methods == nil {
+		c.Methods = d.Methods
+	}
+	if c.MinKeyLength == 0 {
+		c.MinKeyLength = d.MinKeyLength
+	}
+	if c.Lease == 0 {
+		c.Lease = d.Lease
+	}
+	if c.LockWait == 0 {
+		c.LockWait = d.LockWait
+	}
+	if c.Retention == 0 {
+		c.Retention = d.Retention
+	}
+	if c.MaxRequestBody == 0 {
+		c.MaxRequestBody = d.MaxRequestBody
+	}
+	if c.MaxResponseBody == 0 {
+		c.MaxResponseBody = d.MaxResponseBody
+	}
+	if c.ReplayHeaders == nil {
+		c.ReplayHeaders = d.ReplayHeaders
+	}
+	if c.Storable == nil {
+		c.Storable = d.Storable
+	}
+	if c.Fingerprint == nil {
+		c.Fingerprint = d.Fingerprint
+	}
+	if c.Problem == nil {
+		c.Problem = d.Problem
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = d.RetryAfter
+	}
+	if c.Logger == nil {
+		c.Logger = d.Logger
+	}
+	return c
+}
+
+// Validate reports the first invalid field of c, by name, wrapping ErrInvalidConfig.
+// Call it on a config with defaults applied (New does both).
+func (c Config) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.Store == nil:
+		return bad("Store", "required")
+	case c.Scope == nil:
+		return bad("Scope", "required (return a constant for a single-tenant API)")
+	case c.Mode < ModeDefault || c.Mode > ModePhased:
+		return bad("Mode", "unknown mode %d", c.Mode)
+	case c.Mode == ModeAtomic && !c.Store.SupportsAtomic():
+		return fmt.Errorf("%w: Mode: atomic mode needs a store with a transaction to share (%T has none): %w", ErrInvalidConfig, c.Store, ErrUnsupportedMode)
+	case !httpguts.ValidHeaderFieldName(c.HeaderName):
+		return bad("HeaderName", "%q is not a valid header name", c.HeaderName)
+	case len(c.Methods) == 0:
+		return bad("Methods", "empty")
+	case c.MinKeyLength < 1 || c.MinKeyLength > MaxKeyLength:
+		return bad("MinKeyLength", "%d is outside 1..%d", c.MinKeyLength, MaxKeyLength)
+	case c.Lease <= 0:
+		return bad("Lease", "must be positive")
+	case c.LeaseWait < 0:
+		return bad("LeaseWait", "negative")
+	case c.LockWait <= 0:
+		return bad("LockWait", "must be positive")
+	case c.Retention < c.Lease:
+		return bad("Retention", "%s is shorter than Lease (%s)", c.Retention, c.Lease)
+	case c.MaxRequestBody < 0:
+		return bad("MaxRequestBody", "negative")
+	case c.MaxResponseBody < 0:
+		return bad("MaxResponseBody", "negative")
+	case c.RetryAfter < 0:
+		return bad("RetryAfter", "negative")
+	}
+	for _, m := range c.Methods {
+		if !httpguts.ValidHeaderFieldName(m) { // a method is a token, as a header name is
+			return bad("Methods", "%q is not a valid method", m)
+		}
+	}
+	for _, h := range c.ReplayHeaders {
+		if !httpguts.ValidHeaderFieldName(h) {
+			return bad("ReplayHeaders", "%q is not a valid header name", h)
+		}
+		for _, n := range neverReplayed {
+			if http.CanonicalHeaderKey(h) == n {
+				return bad("ReplayHeaders", "%s is never stored or replayed", n)
+			}
+		}
+	}
+	return nil
+}

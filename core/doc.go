@@ -1,0 +1,34 @@
+// Package core is idem's framework-agnostic engine: it makes unsafe HTTP requests (POST,
+// PATCH) safe to retry with an Idempotency-Key. The side effect runs once; every retry,
+// concurrent or late, gets the same answer; duplicates are stopped by the store (the
+// database), never by hoping retries don't overlap.
+//
+// For each keyed request the engine
+//
+//   - parses the key (bare or RFC 8941 sf-string; malformed or missing → 400),
+//   - reads the body once, bounded (over MaxRequestBody → 413), and fingerprints method,
+//     path, query and RFC 8785-canonical JSON body,
+//   - claims the key in the Store: a free key runs the handler into a Buffer; a completed
+//     one is replayed byte for byte with Idempotent-Replayed: true; one in progress is
+//     409 with Retry-After; one used with another request is 422; a failing store is 503
+//     (fail closed: the handler never runs unprotected),
+//   - records a storable response (2xx, 3xx, deterministic 4xx) before the client sees
+//     it, and releases the key after a 5xx, a panic (re-raised) or a cancelled request.
+//
+// Two modes: atomic (the claim, the handler's writes and the completion commit in one
+// database transaction carried by the request context) and phased (the claim commits
+// alone with a lease and a fencing token; named phases commit recovery points; a retry
+// after the lease takes over and resumes). See Store and Lock for the contract.
+//
+// With net/http (or chi):
+//
+//	eng, err := core.New(core.Config{
+//		Store: memstore.New(),
+//		Scope: func(r *http.Request) string { return r.Header.Get("X-Account-ID") },
+//	})
+//	if err != nil { ... }
+//	http.Handle("POST /orders", eng.Middleware(createOrder))
+//
+// Gin and Echo users mount ginidem and echoidem instead; pgxstore and gormstore share
+// the handler's transaction.
+package core

@@ -1,0 +1,379 @@
+package core
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Engine runs the idempotency protocol for one configuration. Framework adapters call
+// Serve; net/http users call Middleware. An Engine is safe for concurrent use.
+type Engine struct {
+	cfg     Config
+	mode    Mode
+	header  string // canonical HeaderName
+	methods []string
+	replay  []string // canonical ReplayHeaders
+}
+
+// New returns an Engine for cfg, with defaults applied to its zero fields. It fails with
+// an error wrapping ErrInvalidConfig that names the bad field.
+func New(cfg Config) (*Engine, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Engine{cfg: cfg, mode: cfg.Mode, header: http.CanonicalHeaderKey(cfg.HeaderName), methods: cfg.Methods}
+	if e.mode == ModeDefault {
+		e.mode = ModePhased
+		if cfg.Store.SupportsAtomic() {
+			e.mode = ModeAtomic
+		}
+	}
+	for _, h := range cfg.ReplayHeaders {
+		e.replay = append(e.replay, http.CanonicalHeaderKey(h))
+	}
+	return e, nil
+}
+
+// Mode returns the mode the engine runs: ModeAtomic or ModePhased.
+func (e *Engine) Mode() Mode { return e.mode }
+
+// Config returns the engine's configuration, defaults applied.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Serve handles one request. When the request takes part (its method is listed, Skip
+// does not skip it, and it carries a key or needs one), Serve claims the key and runs next
+// with a *Buffer and a request whose context carries the Operation and the store's
+// transaction; what reaches w is the handler's response once recorded, a replay, or a
+// problem. Otherwise Serve calls next(w, r) untouched. next must write its response to the
+// writer it is given and must not keep it, or the request, after it returns.
+func (e *Engine) Serve(w http.ResponseWriter, r *http.Request, next func(http.ResponseWriter, *http.Request)) {
+	if !e.applies(r) {
+		next(w, r)
+		return
+	}
+	key, present, err := ParseKey(r.Header[e.header], e.cfg.MinKeyLength)
+	if err != nil {
+		e.reject(w, r, "", &Problem{Type: ProblemKeyInvalid, Title: "Invalid idempotency key", Status: http.StatusBadRequest,
+			Detail: fmt.Sprintf("The %s header is malformed: %v.", e.cfg.HeaderName, unwrapDetail(err)), Err: err})
+		return
+	}
+	if !present {
+		if e.cfg.KeyOptional {
+			next(w, r)
+			return
+		}
+		e.reject(w, r, "", &Problem{Type: ProblemKeyMissing, Title: "Idempotency key missing", Status: http.StatusBadRequest,
+			Detail: fmt.Sprintf("%s %s requires an %s header.", r.Method, r.URL.Path, e.cfg.HeaderName), Err: ErrKeyMissing})
+		return
+	}
+
+	body, err := e.readBody(r)
+	defer putBody(body)
+	if err != nil {
+		e.reject(w, r, key, e.bodyProblem(err))
+		return
+	}
+	fp, err := e.cfg.Fingerprint(r, body.Bytes())
+	if err != nil {
+		e.reject(w, r, key, &Problem{Type: ProblemBodyUnreadable, Title: "Request not fingerprintable", Status: http.StatusBadRequest,
+			Detail: "The request could not be fingerprinted.", Err: err})
+		return
+	}
+
+	ctx := r.Context()
+	c := Claim{Scope: e.cfg.Scope(r), Key: key, Fingerprint: fp, Method: r.Method, Path: r.URL.Path,
+		Mode: e.mode, Lease: e.cfg.Lease, LockWait: e.cfg.LockWait, Retention: e.cfg.Retention}
+	lock, rec, err := e.claim(ctx, c)
+	switch {
+	case err != nil:
+		e.storeFailed(w, r, c, err)
+	case rec != nil:
+		e.answer(w, r, c, rec)
+	default:
+		e.execute(w, r, c, lock, body.Bytes(), next)
+	}
+}
+
+func (e *Engine) applies(r *http.Request) bool {
+	for _, m := range e.methods {
+		if r.Method == m {
+			return e.cfg.Skip == nil || !e.cfg.Skip(r)
+		}
+	}
+	return false
+}
+
+// claim asks the store, waiting up to LeaseWait for a live phased lease with the same
+// fingerprint to finish.
+func (e *Engine) claim(ctx context.Context, c Claim) (Lock, *Record, error) {
+	var deadline time.Time
+	for {
+		lock, rec, err := e.cfg.Store.Claim(ctx, c)
+		if err != nil || rec == nil || rec.State != StateStarted || e.cfg.LeaseWait <= 0 || !bytes.Equal(rec.Fingerprint, c.Fingerprint) {
+			return lock, rec, err
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(e.cfg.LeaseWait)
+		}
+		wait := min(50*time.Millisecond, time.Until(deadline))
+		if wait <= 0 {
+			return nil, rec, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, rec, nil
+		case <-t.C:
+		}
+	}
+}
+
+// answer responds to a request whose key is held by rec.
+func (e *Engine) answer(w http.ResponseWriter, r *http.Request, c Claim, rec *Record) {
+	switch {
+	case !bytes.Equal(rec.Fingerprint, c.Fingerprint):
+		e.problem(w, r, c, OutcomeMismatch, &Problem{Type: ProblemKeyReused, Title: "Idempotency key reused", Status: http.StatusUnprocessableEntity,
+			Detail: fmt.Sprintf("This %s was first used with a different request (method, path or body); use a new key for a new request.", e.cfg.HeaderName),
+			Err: ErrKeyReused})
+	case rec.State != StateCompleted || rec.Response == nil:
+		e.inProgress(w, r, c, ErrInProgress)
+	default:
+		e.replayResponse(w, r, c, rec.Response)
+	}
+}
+
+const (
+	replayedHeader = "Idempotent-Replayed"
+	// omittedHeader marks a stored response whose body was over MaxResponseBody. It is
+	// stored only, never sent.
+	omittedHeader = "Idempotent-Body-Omitted"
+)
+
+var replayedValue = []string{"true"}
+
+func (e *Engine) replayResponse(w http.ResponseWriter, r *http.Request, c Claim, resp *Response) {
+	if n, omitted := resp.Header[omittedHeader]; omitted {
+		h := w.Header()
+		for k, v := range resp.Header {
+			if k != omittedHeader && k != "Content-Type" {
+				h[k] = v
+			}
+		}
+		e.problem(w, r, c, OutcomeReplayed, &Problem{Type: ProblemNotReplayable, Title: "Response not replayable", Status: http.StatusConflict,
+			Detail: fmt.Sprintf("This request already completed with status %d, but its response body (%s bytes) was too large to keep. It will not run again.", resp.Status, n[0])})
+		return
+	}
+	h := w.Header()
+	for k, v := range resp.Header {
+		h[k] = v
+	}
+	h[replayedHeader] = replayedValue
+	w.WriteHeader(resp.Status)
+	_, _ = w.Write(resp.Body)
+	e.observe(r.Context(), c, OutcomeReplayed, resp.Status, nil)
+}
+
+// execute runs the handler under lock and records its outcome before anything reaches
+// the client.
+func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c Claim, lock Lock, body []byte, next func(http.ResponseWriter, *http.Request)) {
+	outcome := OutcomeClaimed
+	if lock.TakenOver() {
+		outcome = OutcomeTookOver
+	}
+	e.observe(r.Context(), c, outcome, 0, nil)
+
+	op := newOperation(c.Scope, c.Key, lock)
+	r2 := r.WithContext(lock.Context(context.WithValue(r.Context(), operationKey{}, op)))
+	if body != nil {
+		r2.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	buf := getBuffer()
+	e.runHandler(r, c, lock, next, buf, r2)
+	defer putBuffer(buf)
+
+	// The context the outcome is recorded with: the handler's work is done, so a client
+	// that hangs up now must not abort the commit half-way.
+	rctx := context.WithoutCancel(r.Context())
+	switch {
+	case op.leaseErr != nil:
+		e.release(rctx, r, c, lock, op.leaseErr)
+		e.inProgress(w, r, c, op.leaseErr)
+		return
+	case r.Context().Err() != nil:
+		err := context.Cause(r.Context())
+		e.release(rctx, r, c, lock, err)
+		e.cfg.Problem(w, r, &Problem{Type: ProblemNotRecorded, Title: "Request cancelled", Status: http.StatusServiceUnavailable,
+			Detail: "The request was cancelled before it finished; nothing was recorded, so it may be retried with the same key.",
+			RetryAfter: e.cfg.RetryAfter, Err: err})
+		return
+	}
+	status := buf.Status()
+	if !e.cfg.Storable(status) {
+		e.release(rctx, r, c, lock, fmt.Errorf("idem: status %d is not storable", status))
+		writeBuffer(w, buf)
+		return
+	}
+	if err := lock.Complete(rctx, e.recordable(buf)); err != nil {
+		e.release(rctx, r, c, lock, err)
+		if errors.Is(err, ErrLeaseLost) {
+			e.inProgress(w, r, c, err)
+			return
+		}
+		e.cfg.Logger.LogAttrs(rctx, slog.LevelError, "idem: recording the response failed; the client gets 503 and may retry",
+			slog.String("scope", c.Scope), slog.String("key", c.Key), slog.Any("error", err))
+		e.problem(w, r, c, OutcomeStoreError, &Problem{Type: ProblemNotRecorded, Title: "Outcome not recorded", Status: http.StatusServiceUnavailable,
+			Detail: "The request could not be committed; nothing it did was kept. Retry with the same key.",
+			RetryAfter: e.cfg.RetryAfter, Err: err})
+		return
+	}
+	writeBuffer(w, buf)
+	e.observe(r.Context(), c, OutcomeCompleted, status, nil)
+}
+
+// runHandler runs next; on a panic it releases the key, then re-raises the panic so the
+// framework's recovery still answers.
+func (e *Engine) runHandler(r *http.Request, c Claim, lock Lock, next func(http.ResponseWriter, *http.Request), buf *Buffer, r2 *http.Request) {
+	defer func() {
+		if p := recover(); p != nil {
+			e.release(context.WithoutCancel(r.Context()), r, c, lock, fmt.Errorf("idem: handler panicked: %v", p))
+			panic(p)
+		}
+	}()
+	next(buf, r2)
+}
+
+func (e *Engine) release(ctx context.Context, r *http.Request, c Claim, lock Lock, cause error) {
+	err := lock.Release(ctx)
+	if err != nil {
+		e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: releasing the key failed",
+			slog.String("scope", c.Scope), slog.String("key", c.Key), slog.Any("cause", cause), slog.Any("error", err))
+	}
+	e.observe(r.Context(), c, OutcomeRolledBack, 0, errors.Join(cause, err))
+}
+
+// recordable builds the Response to store from the handler's buffer: allow-listed
+// headers only, and the body unless it is over MaxResponseBody.
+func (e *Engine) recordable(buf *Buffer) *Response {
+	resp := &Response{Status: buf.Status(), Header: make(http.Header, len(e.replay))}
+	for _, k := range e.replay {
+		if v, ok := buf.header[k]; ok {
+			resp.Header[k] = v
+		}
+	}
+	if buf.Size() > e.cfg.MaxResponseBody {
+		resp.Header[omittedHeader] = []string{strconv.Itoa(buf.Size())}
+	} else {
+		resp.Body = buf.Bytes()
+	}
+	return resp
+}
+
+func writeBuffer(w http.ResponseWriter, buf *Buffer) {
+	h := w.Header()
+	for k, v := range buf.header {
+		h[k] = v
+	}
+	w.WriteHeader(buf.Status())
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (e *Engine) storeFailed(w http.ResponseWriter, r *http.Request, c Claim, err error) {
+	switch {
+	case errors.Is(err, ErrInProgress):
+		e.inProgress(w, r, c, err)
+	case errors.Is(err, ErrTransient):
+		e.problem(w, r, c, OutcomeConflict, &Problem{Type: ProblemStoreUnavailable, Title: "Try again", Status: http.StatusServiceUnavailable,
+			Detail: "The request collided with another one and was rolled back; retry with the same key.", RetryAfter: e.cfg.RetryAfter, Err: err})
+	default:
+		e.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idem: store failed; refusing to run the request unprotected",
+			slog.String("scope", c.Scope), slog.String("key", c.Key), slog.Any("error", err))
+		e.problem(w, r, c, OutcomeStoreError, &Problem{Type: ProblemStoreUnavailable, Title: "Idempotency store unavailable", Status: http.StatusServiceUnavailable,
+			Detail: "The request was not run because its idempotency key could not be checked. Retry with the same key.", RetryAfter: e.cfg.RetryAfter, Err: err})
+	}
+}
+
+func (e *Engine) inProgress(w http.ResponseWriter, r *http.Request, c Claim, err error) {
+	e.problem(w, r, c, OutcomeConflict, &Problem{Type: ProblemInProgress, Title: "Request in progress", Status: http.StatusConflict,
+		Detail: fmt.Sprintf("A request with this %s is still being processed. Retry later with the same key to get its response.", e.cfg.HeaderName),
+		RetryAfter: e.cfg.RetryAfter, Err: err})
+}
+
+func (e *Engine) reject(w http.ResponseWriter, r *http.Request, key string, p *Problem) {
+	e.problem(w, r, Claim{Key: key, Method: r.Method, Path: r.URL.Path}, OutcomeRejected, p)
+}
+
+func (e *Engine) problem(w http.ResponseWriter, r *http.Request, c Claim, outcome Outcome, p *Problem) {
+	e.cfg.Problem(w, r, p)
+	e.observe(r.Context(), c, outcome, p.Status, p.Err)
+}
+
+func (e *Engine) observe(ctx context.Context, c Claim, outcome Outcome, status int, err error) {
+	if e.cfg.Hooks == nil {
+		return
+	}
+	e.cfg.Hooks.Observe(ctx, Event{Outcome: outcome, Scope: c.Scope, Key: c.Key, Method: c.Method, Path: c.Path, Status: status, Err: err})
+}
+
+func (e *Engine) bodyProblem(err error) *Problem {
+	if errors.Is(err, ErrBodyTooLarge) {
+		return &Problem{Type: ProblemBodyTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
+			Detail: fmt.Sprintf("The request body is over %d bytes.", e.cfg.MaxRequestBody), Err: err}
+	}
+	return &Problem{Type: ProblemBodyUnreadable, Title: "Request body unreadable", Status: http.StatusBadRequest,
+		Detail: "The request body could not be read.", Err: err}
+}
+
+var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// readBody reads the whole body, at most MaxRequestBody bytes. The returned buffer is
+// never nil and goes back to the pool with putBody.
+func (e *Engine) readBody(r *http.Request) (*bytes.Buffer, error) {
+	b := bodyPool.Get().(*bytes.Buffer)
+	b.Reset()
+	if r.Body == nil || r.Body == http.NoBody {
+		return b, nil
+	}
+	limit := e.cfg.MaxRequestBody
+	if r.ContentLength > limit {
+		return b, fmt.Errorf("%w: Content-Length %d over %d", ErrBodyTooLarge, r.ContentLength, limit)
+	}
+	if r.ContentLength > 0 {
+		b.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	_, err := b.ReadFrom(io.LimitReader(r.Body, limit+1))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return b, fmt.Errorf("%w: %w", ErrBodyTooLarge, err)
+	case err != nil:
+		return b, fmt.Errorf("idem: reading the request body: %w", err)
+	case int64(b.Len()) > limit:
+		return b, fmt.Errorf("%w: over %d bytes", ErrBodyTooLarge, limit)
+	}
+	return b, nil
+}
+
+func putBody(b *bytes.Buffer) {
+	if b.Cap() <= maxPooledBody {
+		bodyPool.Put(b)
+	}
+}
+
+// unwrapDetail strips the sentinel's own text from err for a client-facing detail.
+func unwrapDetail(err error) string {
+	s := err.Error()
+	if p := ErrInvalidKey.Error() + ": "; len(s) > len(p) && s[:len(p)] == p {
+		return s[len(p):]
+	}
+	return s
+}

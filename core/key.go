@@ -1,0 +1,62 @@
+package core
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/dunglas/httpsfv"
+)
+
+// MaxKeyLength is the longest key accepted, in characters after unquoting.
+const MaxKeyLength = 255
+
+// ParseKey parses the values of the Idempotency-Key header fields of one request, as
+// http.Header.Values returns them. It reports ok=false when there is no field at all.
+//
+// The grammar (DESIGN.md "The key contract"): surrounding spaces and tabs are trimmed; a
+// value starting with '"' is an RFC 8941 sf-string (escapes \" and \\ only; parameters
+// after it are ignored) whose content is the key; any other value is the key itself and
+// may not contain a space or a comma (HTTP joins repeated fields with commas, so such a
+// value is ambiguous). After unquoting the key is minLen–255 characters of printable ASCII
+// (0x20–0x7E). More than one field is ambiguous too. Every rejection wraps ErrInvalidKey.
+func ParseKey(values []string, minLen int) (key string, ok bool, err error) {
+	switch len(values) {
+	case 0:
+		return "", false, nil
+	case 1:
+	default:
+		return "", true, fmt.Errorf("%w: %d header fields, want one", ErrInvalidKey, len(values))
+	}
+	v := strings.Trim(values[0], " \t")
+	if strings.HasPrefix(v, `"`) {
+		item, perr := httpsfv.UnmarshalItem([]string{v})
+		if perr != nil {
+			return "", true, fmt.Errorf("%w: malformed quoted key: %w", ErrInvalidKey, perr)
+		}
+		s, isString := item.Value.(string)
+		if !isString {
+			return "", true, fmt.Errorf("%w: quoted key is not an sf-string", ErrInvalidKey)
+		}
+		key = s
+	} else {
+		if strings.ContainsAny(v, " ,") {
+			return "", true, fmt.Errorf("%w: a bare key may not contain a space or a comma (quote it)", ErrInvalidKey)
+		}
+		key = v
+	}
+	if len(key) == 0 {
+		return "", true, fmt.Errorf("%w: empty", ErrInvalidKey)
+	}
+	if len(key) > MaxKeyLength {
+		return "", true, fmt.Errorf("%w: %d characters, at most %d", ErrInvalidKey, len(key), MaxKeyLength)
+	}
+	if len(key) < minLen {
+		return "", true, fmt.Errorf("%w: %d characters, at least %d", ErrInvalidKey, len(key), minLen)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c > 0x7e {
+			return "", true, fmt.Errorf("%w: byte 0x%02x at %d is not printable ASCII", ErrInvalidKey, c, i)
+		}
+	}
+	return key, true, nil
+}

@@ -1,0 +1,33 @@
+// Package memstore keeps idempotency keys in the memory of one process.
+//
+// It is for tests and for a single process only. It does not protect retries that land
+// on another instance: two servers each have their own memory, so a retry routed to the
+// other one runs the side effect again. Use a database store (pgxstore, gormstore) as
+// soon as more than one process serves the API.
+//
+// It has no transaction to share, so it runs phased mode only (SupportsAtomic reports
+// false and a ModeAtomic claim fails with core.ErrUnsupportedMode). What that loses: the
+// handler's writes and the key's completion are not atomic. A handler that wrote its rows
+// and then crashed before Complete leaves a started key whose lease expires; the retry
+// takes over and runs the handler again from the last recorded phase. Phase runs its
+// function and then records the recovery point; the function's side effects cannot be
+// rolled back if the lease was lost meanwhile.
+//
+// Everything else of the core.Store contract holds: leases, a fresh fencing token per
+// claim and takeover (a stale lock's Phase, Complete and Release return an error wrapping
+// core.ErrLeaseLost and change nothing), recovery points, keys past retention counted as
+// absent, DeleteExpired, atomic takeover of an expired lease. The store is safe for
+// concurrent use; its keys live in 64 shards, each with its own lock, and it starts no
+// goroutines. The process restarting loses every key.
+//
+// Usage:
+//
+//	store := memstore.New()
+//	eng, err := core.New(core.Config{
+//		Store: store,
+//		Scope: func(r *http.Request) string { return r.Header.Get("X-Account") },
+//	})
+//
+// Records returned by Claim are shared with the store and with other callers: do not
+// mutate them, their Fingerprint, Response, Response.Header or Response.Body.
+package memstore

@@ -1,0 +1,94 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+type operationKey struct{}
+
+// Operation is the idempotent operation a keyed request runs, as its handler sees it.
+// Get it with OperationFrom. It is used by the request's goroutine only.
+type Operation struct {
+	key      string
+	scope    string
+	lock     Lock
+	point    string // last committed recovery point
+	resume   string // recovery point to resume after; "" once reached
+	resumed  bool
+	leaseErr error
+}
+
+func newOperation(scope, key string, lock Lock) *Operation {
+	op := &Operation{key: key, scope: scope, lock: lock, point: lock.RecoveryPoint(), resumed: lock.TakenOver()}
+	if op.point != RecoveryStarted {
+		op.resume = op.point
+	}
+	return op
+}
+
+// OperationFrom returns the operation of a keyed request. It panics when ctx has none:
+// use it in handlers behind the middleware on keyed routes, and OperationFromSafely
+// where the key is optional.
+func OperationFrom(ctx context.Context) *Operation {
+	op, err := OperationFromSafely(ctx)
+	if err != nil {
+		panic(fmt.Sprintf("%v: is the route behind the idem middleware, with a key?", err))
+	}
+	return op
+}
+
+// OperationFromSafely returns the operation of a keyed request, or ErrNoOperation.
+func OperationFromSafely(ctx context.Context) (*Operation, error) {
+	if op, ok := ctx.Value(operationKey{}).(*Operation); ok {
+		return op, nil
+	}
+	return nil, ErrNoOperation
+}
+
+// Key returns the Idempotency-Key of the request.
+func (o *Operation) Key() string { return o.key }
+
+// Scope returns the scope the key lives in.
+func (o *Operation) Scope() string { return o.scope }
+
+// RecoveryPoint returns the last committed phase: RecoveryStarted until one commits.
+func (o *Operation) RecoveryPoint() string { return o.point }
+
+// Resumed reports whether this run took over an earlier attempt whose lease expired.
+func (o *Operation) Resumed() bool { return o.resumed }
+
+// DerivedKey returns "<key>:<suffix>", an idempotency key for a call to another
+// service (a payment provider, say) that is stable across retries and takeovers.
+func (o *Operation) DerivedKey(suffix string) string { return o.key + ":" + suffix }
+
+// Phase runs fn as the named phase and records name as the recovery point.
+//
+// In phased mode fn runs in a transaction of its own (the store's getter, such as
+// pgxstore.Tx or gormstore.DB, returns it from the ctx fn receives) that commits together
+// with the new recovery point, fenced by the lease: if another worker took the key over,
+// nothing commits and Phase returns an error wrapping ErrLeaseLost (return it; the engine
+// answers 409). A phase that committed in an earlier attempt is skipped when the
+// operation resumes, so handlers must call their phases in the same order every time and
+// read what a skipped phase produced from the database. In atomic mode fn simply runs in
+// the request's transaction.
+func (o *Operation) Phase(ctx context.Context, name string, fn func(ctx context.Context) error) error {
+	if name == "" || name == RecoveryStarted {
+		return fmt.Errorf("idem: phase name %q is reserved", name)
+	}
+	if o.resume != "" {
+		if name == o.resume {
+			o.resume = ""
+		}
+		return nil
+	}
+	if err := o.lock.Phase(ctx, name, fn); err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			o.leaseErr = err
+		}
+		return fmt.Errorf("idem: phase %q: %w", name, err)
+	}
+	o.point = name
+	return nil
+}
