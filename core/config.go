@@ -17,8 +17,14 @@ type Config struct {
 
 	// Scope names the caller a key belongs to (account, API key, tenant); keys never
 	// collide across scopes. It runs after authentication, so it can read what that
-	// put in the request context. Required; return a constant for a single-tenant API.
+	// put in the request context. Required (return a constant for a single-tenant API),
+	// except for engines driven only through Engine.ServeScoped by an adapter that takes
+	// the scope from its framework's context: set NoScopeFunc there.
 	Scope func(r *http.Request) string
+
+	// NoScopeFunc declares that Scope is deliberately nil because every request reaches
+	// the engine through ServeScoped. Serve panics on such an engine. Default: false.
+	NoScopeFunc bool
 
 	// Skip, when it returns true, lets a request through untouched. Default: nil.
 	Skip func(r *http.Request) bool
@@ -204,7 +210,7 @@ func (c Config) Validate() error {
 	switch {
 	case c.Store == nil:
 		return bad("Store", "required")
-	case c.Scope == nil:
+	case c.Scope == nil && !c.NoScopeFunc:
 		return bad("Scope", "required (return a constant for a single-tenant API)")
 	case c.Mode < ModeDefault || c.Mode > ModePhased:
 		return bad("Mode", "unknown mode %d", c.Mode)

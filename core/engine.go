@@ -56,10 +56,29 @@ func (e *Engine) Config() Config { return e.cfg }
 // problem. Otherwise Serve calls next(w, r) untouched. next must write its response to the
 // writer it is given and must not keep it, or the request, after it returns.
 func (e *Engine) Serve(w http.ResponseWriter, r *http.Request, next func(http.ResponseWriter, *http.Request)) {
-	if !e.applies(r) {
+	if !e.Applies(r) {
 		next(w, r)
 		return
 	}
+	if e.cfg.Scope == nil {
+		panic("idem: Engine.Serve on an engine configured with NoScopeFunc; call ServeScoped")
+	}
+	e.serve(w, r, e.cfg.Scope(r), next)
+}
+
+// ServeScoped is Serve with the scope supplied by the caller instead of Config.Scope. It
+// is for adapters whose framework keeps the caller's identity in its own context (a Gin
+// or Echo context): they check Applies, compute the scope from that context, and call
+// ServeScoped; Config.Scope is then not consulted.
+func (e *Engine) ServeScoped(w http.ResponseWriter, r *http.Request, scope string, next func(http.ResponseWriter, *http.Request)) {
+	if !e.Applies(r) {
+		next(w, r)
+		return
+	}
+	e.serve(w, r, scope, next)
+}
+
+func (e *Engine) serve(w http.ResponseWriter, r *http.Request, scope string, next func(http.ResponseWriter, *http.Request)) {
 	key, present, err := ParseKey(r.Header[e.header], e.cfg.MinKeyLength)
 	if err != nil {
 		e.reject(w, r, "", &Problem{Type: ProblemKeyInvalid, Title: "Invalid idempotency key", Status: http.StatusBadRequest,
@@ -90,7 +109,7 @@ func (e *Engine) Serve(w http.ResponseWriter, r *http.Request, next func(http.Re
 	}
 
 	ctx := r.Context()
-	c := Claim{Scope: e.cfg.Scope(r), Key: key, Fingerprint: fp, Method: r.Method, Path: r.URL.Path,
+	c := Claim{Scope: scope, Key: key, Fingerprint: fp, Method: r.Method, Path: r.URL.Path,
 		Mode: e.mode, Lease: e.cfg.Lease, LockWait: e.cfg.LockWait, Retention: e.cfg.Retention}
 	lock, rec, err := e.claim(ctx, c)
 	switch {
@@ -103,7 +122,9 @@ func (e *Engine) Serve(w http.ResponseWriter, r *http.Request, next func(http.Re
 	}
 }
 
-func (e *Engine) applies(r *http.Request) bool {
+// Applies reports whether r takes part in the protocol: its method is one of
+// Config.Methods and Config.Skip does not skip it.
+func (e *Engine) Applies(r *http.Request) bool {
 	for _, m := range e.methods {
 		if r.Method == m {
 			return e.cfg.Skip == nil || !e.cfg.Skip(r)
@@ -144,7 +165,7 @@ func (e *Engine) answer(w http.ResponseWriter, r *http.Request, c Claim, rec *Re
 	case !bytes.Equal(rec.Fingerprint, c.Fingerprint):
 		e.problem(w, r, c, OutcomeMismatch, &Problem{Type: ProblemKeyReused, Title: "Idempotency key reused", Status: http.StatusUnprocessableEntity,
 			Detail: fmt.Sprintf("This %s was first used with a different request (method, path or body); use a new key for a new request.", e.cfg.HeaderName),
-			Err: ErrKeyReused})
+			Err:    ErrKeyReused})
 	case rec.State != StateCompleted || rec.Response == nil:
 		e.inProgress(w, r, c, ErrInProgress)
 	default:
@@ -213,7 +234,7 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c Claim, lock L
 		err := context.Cause(r.Context())
 		e.release(rctx, r, c, lock, err)
 		e.cfg.Problem(w, r, &Problem{Type: ProblemNotRecorded, Title: "Request cancelled", Status: http.StatusServiceUnavailable,
-			Detail: "The request was cancelled before it finished; nothing was recorded, so it may be retried with the same key.",
+			Detail:     "The request was cancelled before it finished; nothing was recorded, so it may be retried with the same key.",
 			RetryAfter: e.cfg.RetryAfter, Err: err})
 		return
 	}
@@ -232,7 +253,7 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c Claim, lock L
 		e.cfg.Logger.LogAttrs(rctx, slog.LevelError, "idem: recording the response failed; the client gets 503 and may retry",
 			slog.String("scope", c.Scope), slog.String("key", c.Key), slog.Any("error", err))
 		e.problem(w, r, c, OutcomeStoreError, &Problem{Type: ProblemNotRecorded, Title: "Outcome not recorded", Status: http.StatusServiceUnavailable,
-			Detail: "The request could not be committed; nothing it did was kept. Retry with the same key.",
+			Detail:     "The request could not be committed; nothing it did was kept. Retry with the same key.",
 			RetryAfter: e.cfg.RetryAfter, Err: err})
 		return
 	}
@@ -304,7 +325,7 @@ func (e *Engine) storeFailed(w http.ResponseWriter, r *http.Request, c Claim, er
 
 func (e *Engine) inProgress(w http.ResponseWriter, r *http.Request, c Claim, err error) {
 	e.problem(w, r, c, OutcomeConflict, &Problem{Type: ProblemInProgress, Title: "Request in progress", Status: http.StatusConflict,
-		Detail: fmt.Sprintf("A request with this %s is still being processed. Retry later with the same key to get its response.", e.cfg.HeaderName),
+		Detail:     fmt.Sprintf("A request with this %s is still being processed. Retry later with the same key to get its response.", e.cfg.HeaderName),
 		RetryAfter: e.cfg.RetryAfter, Err: err})
 }
 
