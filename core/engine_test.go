@@ -1,0 +1,589 @@
+package core_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/memstore"
+)
+
+// harness is a keyed route behind core.Middleware with memstore, counting handler runs.
+type harness struct {
+	t       *testing.T
+	handler http.Handler
+	runs    atomic.Int64
+	store   core.Store
+}
+
+const orderJSON = `{"item":"book","quantity":2}`
+
+func newHarness(t *testing.T, cfg core.Config, h http.HandlerFunc) *harness {
+	t.Helper()
+	hs := &harness{t: t}
+	if cfg.Store == nil {
+		cfg.Store = memstore.New()
+	}
+	hs.store = cfg.Store
+	if cfg.Scope == nil {
+		cfg.Scope = func(r *http.Request) string { return r.Header.Get("X-Account-ID") }
+	}
+	if h == nil {
+		h = createOrder
+	}
+	eng, err := core.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs.handler = eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hs.runs.Add(1)
+		h(w, r)
+	}))
+	return hs
+}
+
+var orderSeq atomic.Int64
+
+// createOrder answers 201 with a fresh id, so a re-run is visible in the body.
+func createOrder(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	id := orderSeq.Add(1)
+	w.Header().Set("Location", fmt.Sprintf("/v1/orders/%d", id))
+	w.Header().Set("Content-Type", "application/json")
+	http.SetCookie(w, &http.Cookie{Name: "session", Value: "secret"})
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprintf(w, `{"id":%d,"request":%s}`, id, body)
+}
+
+func (hs *harness) do(method, key, body string, hdr ...string) *httptest.ResponseRecorder {
+	hs.t.Helper()
+	r := httptest.NewRequest(method, "/v1/orders", strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("X-Account-ID", "acct-1")
+	if key != "" {
+		r.Header.Set("Idempotency-Key", key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Set(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	hs.handler.ServeHTTP(w, r)
+	return w
+}
+
+func assertProblem(t *testing.T, w *httptest.ResponseRecorder, status int, typ string) {
+	t.Helper()
+	if w.Code != status {
+		t.Fatalf("status = %d, want %d; body %s", w.Code, status, w.Body)
+	}
+	if ct := w.Header().Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type = %q, want application/problem+json", ct)
+	}
+	var p struct {
+		Type, Title, Detail string
+		Status              int
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+		t.Fatalf("problem body %q: %v", w.Body, err)
+	}
+	if p.Type != typ || p.Status != status || p.Title == "" || p.Detail == "" {
+		t.Fatalf("problem = %+v, want type %s status %d with title and detail", p, typ, status)
+	}
+}
+
+func TestFirstRequestAndReplay(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t, core.Config{}, nil)
+	first := hs.do("POST", "k1", orderJSON)
+	if first.Code != http.StatusCreated || first.Header().Get("Location") == "" {
+		t.Fatalf("first: %d %v", first.Code, first.Header())
+	}
+	if first.Header().Get("Idempotent-Replayed") != "" {
+		t.Fatal("first response carries Idempotent-Replayed")
+	}
+	if first.Header().Get("Set-Cookie") == "" {
+		t.Fatal("first response lost its Set-Cookie")
+	}
+	for _, key := range []string{"k1", `"k1"`} { // bare and sf-string name the same key
+		again := hs.do("POST", key, "{ \"quantity\": 2, \"item\": \"book\" }")
+		if again.Code != first.Code || !bytes.Equal(again.Body.Bytes(), first.Body.Bytes()) {
+			t.Fatalf("replay %d %q, want %d %q", again.Code, again.Body, first.Code, first.Body)
+		}
+		for _, h := range []string{"Location", "Content-Type"} {
+			if again.Header().Get(h) != first.Header().Get(h) {
+				t.Fatalf("replayed %s = %q, want %q", h, again.Header().Get(h), first.Header().Get(h))
+			}
+		}
+		if again.Header().Get("Idempotent-Replayed") != "true" {
+			t.Fatal("replay lacks Idempotent-Replayed: true")
+		}
+		if again.Header().Get("Set-Cookie") != "" {
+			t.Fatal("Set-Cookie was replayed")
+		}
+	}
+	if n := hs.runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
+func TestDifferentPayloadIs422(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t, core.Config{}, nil)
+	if w := hs.do("POST", "k", orderJSON); w.Code != http.StatusCreated {
+		t.Fatal(w.Code)
+	}
+	assertProblem(t, hs.do("POST", "k", `{"item":"book","quantity":3}`), 422, core.ProblemKeyReused)
+	if n := hs.runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
+func TestInProgress(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	hs := newHarness(t, core.Config{}, func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+		createOrder(w, r)
+	})
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- hs.do("POST", "k", orderJSON) }()
+	<-entered
+	w := hs.do("POST", "k", orderJSON)
+	assertProblem(t, w, http.StatusConflict, core.ProblemInProgress)
+	if w.Header().Get("Retry-After") != "1" {
+		t.Fatalf("Retry-After = %q, want 1", w.Header().Get("Retry-After"))
+	}
+	// The in-flight fingerprint is visible (phased mode): the client's bug comes first.
+	assertProblem(t, hs.do("POST", "k", `{"item":"pen","quantity":1}`), 422, core.ProblemKeyReused)
+	close(release)
+	if first := <-done; first.Code != http.StatusCreated {
+		t.Fatalf("first: %d", first.Code)
+	}
+	if w := hs.do("POST", "k", orderJSON); w.Code != http.StatusCreated || w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("after completion: %d replayed=%q", w.Code, w.Header().Get("Idempotent-Replayed"))
+	}
+}
+
+func TestLeaseWaitReplaysInsteadOf409(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	hs := newHarness(t, core.Config{LeaseWait: 5 * time.Second}, func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+		createOrder(w, r)
+	})
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- hs.do("POST", "k", orderJSON) }()
+	<-entered
+	dup := make(chan *httptest.ResponseRecorder)
+	go func() { dup <- hs.do("POST", "k", orderJSON) }()
+	time.Sleep(100 * time.Millisecond) // let the duplicate start waiting
+	close(release)
+	first, second := <-done, <-dup
+	if second.Code != http.StatusCreated || second.Header().Get("Idempotent-Replayed") != "true" || second.Body.String() != first.Body.String() {
+		t.Fatalf("waiting duplicate got %d %q, want the replay of %q", second.Code, second.Body, first.Body)
+	}
+}
+
+func TestKeyMissingOrMalformed(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t, core.Config{}, nil)
+	assertProblem(t, hs.do("POST", "", orderJSON), 400, core.ProblemKeyMissing)
+	for _, bad := range []string{"a,b", "a b", strings.Repeat("x", 256), "clé", "\"unterminated", "a\x01"} {
+		assertProblem(t, hs.do("POST", bad, orderJSON), 400, core.ProblemKeyInvalid)
+	}
+	r := httptest.NewRequest("POST", "/v1/orders", strings.NewReader(orderJSON))
+	r.Header.Add("Idempotency-Key", "a")
+	r.Header.Add("Idempotency-Key", "b")
+	w := httptest.NewRecorder()
+	hs.handler.ServeHTTP(w, r)
+	assertProblem(t, w, 400, core.ProblemKeyInvalid)
+	if n := hs.runs.Load(); n != 0 {
+		t.Fatalf("handler ran %d times on rejected requests", n)
+	}
+	// Nothing was stored under the malformed keys: the valid prefix is still free.
+	if w := hs.do("POST", "a", orderJSON); w.Code != http.StatusCreated || w.Header().Get("Idempotent-Replayed") != "" {
+		t.Fatalf("fresh key after rejections: %d", w.Code)
+	}
+}
+
+func TestUnkeyedMethodsAndOptionalKey(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t, core.Config{}, nil)
+	for i := 0; i < 2; i++ {
+		if w := hs.do("GET", "k", ""); w.Code != http.StatusCreated || w.Header().Get("Idempotent-Replayed") != "" {
+			t.Fatalf("GET: %d %v", w.Code, w.Header())
+		}
+	}
+	if n := hs.runs.Load(); n != 2 {
+		t.Fatalf("GET ran %d times, want 2 (untouched)", n)
+	}
+	opt := newHarness(t, core.Config{KeyOptional: true}, nil)
+	for i := 0; i < 2; i++ {
+		if w := opt.do("POST", "", orderJSON); w.Code != http.StatusCreated {
+			t.Fatalf("optional key missing: %d", w.Code)
+		}
+	}
+	if n := opt.runs.Load(); n != 2 {
+		t.Fatalf("keyless POST ran %d times, want 2", n)
+	}
+}
+
+func TestScopesAreIsolated(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t, core.Config{}, nil)
+	a := hs.do("POST", "k", orderJSON, "X-Account-ID", "alice")
+	b := hs.do("POST", "k", orderJSON, "X-Account-ID", "bob")
+	if a.Code != 201 || b.Code != 201 || b.Header().Get("Idempotent-Replayed") != "" || a.Body.String() == b.Body.String() {
+		t.Fatalf("two scopes, one key: %d %q / %d %q", a.Code, a.Body, b.Code, b.Body)
+	}
+	if n := hs.runs.Load(); n != 2 {
+		t.Fatalf("handler ran %d times, want 2", n)
+	}
+}
+
+func TestServerErrorReleasesKey(t *testing.T) {
+	t.Parallel()
+	var fail atomic.Bool
+	fail.Store(true)
+	hs := newHarness(t, core.Config{}, func(w http.ResponseWriter, r *http.Request) {
+		if fail.Load() {
+			http.Error(w, "boom", http.StatusInternalServerError)
+			return
+		}
+		createOrder(w, r)
+	})
+	if w := hs.do("POST", "k", orderJSON); w.Code != 500 || w.Body.String() != "boom\n" {
+		t.Fatalf("first: %d %q, want the handler's own 500", w.Code, w.Body)
+	}
+	fail.Store(false)
+	if w := hs.do("POST", "k", orderJSON); w.Code != 201 || w.Header().Get("Idempotent-Replayed") != "" {
+		t.Fatalf("retry: %d replayed=%q, want a fresh 201", w.Code, w.Header().Get("Idempotent-Replayed"))
+	}
+	if n := hs.runs.Load(); n != 2 {
+		t.Fatalf("handler ran %d times, want 2", n)
+	}
+}
+
+func TestUnstorable4xxReleasesKey(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{408, 409, 425, 429} {
+		hs := newHarness(t, core.Config{}, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(status) })
+		hs.do("POST", "k", orderJSON)
+		if w := hs.do("POST", "k", orderJSON); w.Code != status || w.Header().Get("Idempotent-Replayed") != "" {
+			t.Fatalf("%d was replayed", status)
+		}
+		if n := hs.runs.Load(); n != 2 {
+			t.Fatalf("%d: handler ran %d times, want 2", status, n)
+		}
+	}
+	hs := newHarness(t, core.Config{}, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "bad", 400) })
+	hs.do("POST", "k", orderJSON)
+	if w := hs.do("POST", "k", orderJSON); w.Code != 400 || w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("400 not replayed: %d", w.Code)
+	}
+}
+
+func TestPanicReleasesKeyAndPropagates(t *testing.T) {
+	t.Parallel()
+	var panicking atomic.Bool
+	panicking.Store(true)
+	hs := newHarness(t, core.Config{}, func(w http.ResponseWriter, r *http.Request) {
+		if panicking.Load() {
+			panic("handler exploded")
+		}
+		createOrder(w, r)
+	})
+	func() {
+		defer func() {
+			if p := recover(); p != "handler exploded" {
+				t.Fatalf("recovered %v, want the handler's panic", p)
+			}
+		}()
+		hs.do("POST", "k", orderJSON)
+		t.Fatal("panic did not propagate")
+	}()
+	panicking.Store(false)
+	if w := hs.do("POST", "k", orderJSON); w.Code != 201 || w.Header().Get("Idempotent-Replayed") != "" {
+		t.Fatalf("retry after panic: %d", w.Code)
+	}
+}
+
+func TestOversizeBodyIs413(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t, core.Config{MaxRequestBody: 64}, nil)
+	big := `{"item":"` + strings.Repeat("x", 100) + `"}`
+	assertProblem(t, hs.do("POST", "k", big), 413, core.ProblemBodyTooLarge)
+	// Unknown length (chunked): the bound still holds.
+	r := httptest.NewRequest("POST", "/v1/orders", io.MultiReader(strings.NewReader(big)))
+	r.ContentLength = -1
+	r.Header.Set("Idempotency-Key", "k")
+	w := httptest.NewRecorder()
+	hs.handler.ServeHTTP(w, r)
+	assertProblem(t, w, 413, core.ProblemBodyTooLarge)
+	if n := hs.runs.Load(); n != 0 {
+		t.Fatalf("handler ran %d times", n)
+	}
+	if w := hs.do("POST", "k", orderJSON); w.Code != 201 || w.Header().Get("Idempotent-Replayed") != "" {
+		t.Fatalf("the key was stored by a rejected request: %d", w.Code)
+	}
+}
+
+func TestHandlerSeesIdenticalBody(t *testing.T) {
+	t.Parallel()
+	sent := "{ \"item\" : \"book\",\n\"quantity\":2 }"
+	var got []byte
+	hs := newHarness(t, core.Config{}, func(w http.ResponseWriter, r *http.Request) {
+		got, _ = io.ReadAll(r.Body)
+		w.WriteHeader(204)
+	})
+	hs.do("POST", "k", sent)
+	if string(got) != sent {
+		t.Fatalf("handler read %q, want %q", got, sent)
+	}
+}
+
+// failingStore is a Store whose Claim fails, or whose Complete fails, to check that the
+// engine fails closed. It stands in for a broken database, not for a working one.
+type failingStore struct {
+	claimErr    error
+	completeErr error
+	released    atomic.Int64
+}
+
+func (s *failingStore) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Record, error) {
+	if s.claimErr != nil {
+		return nil, nil, s.claimErr
+	}
+	return &failingLock{s: s}, nil, nil
+}
+func (s *failingStore) DeleteExpired(context.Context, time.Time, int) (int, error) { return 0, nil }
+func (s *failingStore) SupportsAtomic() bool                                       { return false }
+
+type failingLock struct{ s *failingStore }
+
+func (l *failingLock) Context(ctx context.Context) context.Context { return ctx }
+func (l *failingLock) RecoveryPoint() string                      { return core.RecoveryStarted }
+func (l *failingLock) TakenOver() bool                            { return false }
+func (l *failingLock) Phase(ctx context.Context, _ string, fn func(context.Context) error) error {
+	return fn(ctx)
+}
+func (l *failingLock) Complete(context.Context, *core.Response) error { return l.s.completeErr }
+func (l *failingLock) Release(context.Context) error                  { l.s.released.Add(1); return nil }
+
+func TestStoreFailureFailsClosed(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct {
+		err    error
+		status int
+		typ    string
+	}{
+		"unreachable": {errors.New("dial tcp: connection refused"), 503, core.ProblemStoreUnavailable},
+		"lock wait":   {fmt.Errorf("pg: %w", core.ErrInProgress), 409, core.ProblemInProgress},
+		"deadlock":    {fmt.Errorf("pg: %w", core.ErrTransient), 503, core.ProblemStoreUnavailable},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			hs := newHarness(t, core.Config{Store: &failingStore{claimErr: tc.err}}, nil)
+			w := hs.do("POST", "k", orderJSON)
+			assertProblem(t, w, tc.status, tc.typ)
+			if w.Header().Get("Retry-After") != "1" {
+				t.Fatalf("Retry-After = %q", w.Header().Get("Retry-After"))
+			}
+			if n := hs.runs.Load(); n != 0 {
+				t.Fatalf("handler ran %d times with a failing store", n)
+			}
+		})
+	}
+}
+
+func TestFailedCompleteNeverAnswersTheHandlersStatus(t *testing.T) {
+	t.Parallel()
+	fs := &failingStore{completeErr: errors.New("commit: deferred constraint violated")}
+	hs := newHarness(t, core.Config{Store: fs}, nil)
+	w := hs.do("POST", "k", orderJSON)
+	assertProblem(t, w, 503, core.ProblemNotRecorded)
+	if w.Header().Get("Location") != "" {
+		t.Fatal("the handler's Location leaked into the failure answer")
+	}
+	if fs.released.Load() != 1 {
+		t.Fatalf("released %d times, want 1", fs.released.Load())
+	}
+	fs.completeErr = fmt.Errorf("fenced: %w", core.ErrLeaseLost)
+	assertProblem(t, hs.do("POST", "k2", orderJSON), 409, core.ProblemInProgress)
+}
+
+func TestLargeResponseIsNotReplayedOrRerun(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("x", 2048)
+	hs := newHarness(t, core.Config{MaxResponseBody: 1024}, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", "/v1/reports/1")
+		w.WriteHeader(201)
+		io.WriteString(w, big)
+	})
+	if w := hs.do("POST", "k", orderJSON); w.Code != 201 || w.Body.String() != big {
+		t.Fatalf("first: %d, %d bytes", w.Code, w.Body.Len())
+	}
+	w := hs.do("POST", "k", orderJSON)
+	assertProblem(t, w, 409, core.ProblemNotReplayable)
+	if w.Header().Get("Location") != "/v1/reports/1" || w.Header().Get("Retry-After") != "" {
+		t.Fatalf("not-replayable answer: Location %q Retry-After %q", w.Header().Get("Location"), w.Header().Get("Retry-After"))
+	}
+	if n := hs.runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
+func TestCancelledRequestReleasesKey(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t, core.Config{}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	inner := hs.handler
+	hs.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Cancel") != "" {
+			r = r.WithContext(ctx)
+			cancel()
+		}
+		inner.ServeHTTP(w, r)
+	})
+	if w := hs.do("POST", "k", orderJSON, "X-Cancel", "1"); w.Code != 503 {
+		t.Fatalf("cancelled: %d", w.Code)
+	}
+	if w := hs.do("POST", "k", orderJSON); w.Code != 201 || w.Header().Get("Idempotent-Replayed") != "" {
+		t.Fatalf("retry after cancel: %d", w.Code)
+	}
+}
+
+func TestParallelDuplicatesRunOnce(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t, core.Config{}, func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(20 * time.Millisecond) // keep the key in flight while twins arrive
+		createOrder(w, r)
+	})
+	const n = 50
+	var wg sync.WaitGroup
+	responses := make([]*httptest.ResponseRecorder, n)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			responses[i] = hs.do("POST", "same", orderJSON)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if got := hs.runs.Load(); got != 1 {
+		t.Fatalf("handler ran %d times for %d duplicates, want 1", got, n)
+	}
+	var original string
+	for _, w := range responses {
+		if w.Code == 201 && w.Header().Get("Idempotent-Replayed") == "" {
+			original = w.Body.String()
+		}
+	}
+	for _, w := range responses {
+		switch {
+		case w.Code == 201 && w.Body.String() == original:
+		case w.Code == 409 && w.Header().Get("Retry-After") == "1":
+		default:
+			t.Fatalf("response %d %q is neither the original, its replay, nor 409", w.Code, w.Body)
+		}
+	}
+	if w := hs.do("POST", "same", orderJSON); w.Body.String() != original {
+		t.Fatalf("late replay %q, want %q", w.Body, original)
+	}
+}
+
+func TestHooksObserveOutcomes(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got []core.Outcome
+	hook := core.HookFunc(func(_ context.Context, ev core.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, ev.Outcome)
+	})
+	hs := newHarness(t, core.Config{Hooks: hook}, nil)
+	hs.do("POST", "k", orderJSON)
+	hs.do("POST", "k", orderJSON)
+	hs.do("POST", "k", `{"x":1}`)
+	hs.do("POST", "", orderJSON)
+	want := []core.Outcome{core.OutcomeClaimed, core.OutcomeCompleted, core.OutcomeReplayed, core.OutcomeMismatch, core.OutcomeRejected}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("outcomes %v, want %v", got, want)
+	}
+}
+
+func TestConfigValidateNamesTheField(t *testing.T) {
+	t.Parallel()
+	scope := func(*http.Request) string { return "" }
+	cases := map[string]core.Config{
+		"Store":         {Scope: scope},
+		"Scope":         {Store: memstore.New()},
+		"Mode":          {Store: memstore.New(), Scope: scope, Mode: core.ModeAtomic},
+		"HeaderName":    {Store: memstore.New(), Scope: scope, HeaderName: "bad header"},
+		"ReplayHeaders": {Store: memstore.New(), Scope: scope, ReplayHeaders: []string{"Location", "Set-Cookie"}},
+		"Lease":         {Store: memstore.New(), Scope: scope, Lease: -time.Second},
+		"Retention":     {Store: memstore.New(), Scope: scope, Retention: time.Second, Lease: time.Minute},
+	}
+	for field, cfg := range cases {
+		_, err := core.New(cfg)
+		if !errors.Is(err, core.ErrInvalidConfig) || !strings.Contains(err.Error(), field+":") {
+			t.Errorf("%s: err = %v, want ErrInvalidConfig naming %s", field, err, field)
+		}
+	}
+	if _, err := core.New(core.Config{Store: memstore.New(), Scope: scope, Mode: core.ModeAtomic}); !errors.Is(err, core.ErrUnsupportedMode) {
+		t.Errorf("atomic on memstore: %v, want ErrUnsupportedMode", err)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("core.Middleware did not panic on an invalid config")
+			}
+		}()
+		core.Middleware(core.Config{})
+	}()
+}
+
+func TestSweeperDeletesExpiredKeys(t *testing.T) {
+	t.Parallel()
+	store := memstore.New()
+	hs := newHarness(t, core.Config{Store: store}, nil)
+	for i := range 7 {
+		hs.do("POST", fmt.Sprintf("k%d", i), orderJSON)
+	}
+	time.Sleep(5 * time.Millisecond)
+	sw := &core.Sweeper{Store: store, BatchSize: 3, Retention: time.Millisecond}
+	n, err := sw.Sweep(context.Background())
+	if err != nil || n != 7 {
+		t.Fatalf("Sweep = %d, %v; want 7 in batches of 3", n, err)
+	}
+	if store.Len() != 0 {
+		t.Fatalf("%d keys left", store.Len())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- sw.Run(ctx) }()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run returned %v after cancel", err)
+	}
+}

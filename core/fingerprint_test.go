@@ -1,0 +1,116 @@
+package core_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idem/core"
+)
+
+func fp(t testing.TB, method, target, contentType, body string) []byte {
+	t.Helper()
+	r := httptest.NewRequest(method, target, strings.NewReader(body))
+	if contentType != "" {
+		r.Header.Set("Content-Type", contentType)
+	}
+	sum, err := core.Fingerprint(r, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sum) != 32 {
+		t.Fatalf("fingerprint is %d bytes, want 32", len(sum))
+	}
+	return sum
+}
+
+func TestFingerprint(t *testing.T) {
+	t.Parallel()
+	const js = "application/json"
+	base := fp(t, "POST", "/v1/orders", js, `{"item":"book","quantity":2}`)
+	same := map[string][]byte{
+		"key order and white space": fp(t, "POST", "/v1/orders", js, "{ \"quantity\": 2,\n \"item\": \"book\" }"),
+		"charset parameter":         fp(t, "POST", "/v1/orders", "application/json; charset=utf-8", `{"quantity":2,"item":"book"}`),
+		"number spelling":           fp(t, "POST", "/v1/orders", js, `{"item":"book","quantity":2.0}`),
+		"escaped string":            fp(t, "POST", "/v1/orders", js, `{"item":"b\u006fok","quantity":2}`),
+	}
+	for name, got := range same {
+		if !bytes.Equal(got, base) {
+			t.Errorf("%s: fingerprint differs, want equal", name)
+		}
+	}
+	differ := map[string][]byte{
+		"value":         fp(t, "POST", "/v1/orders", js, `{"item":"book","quantity":3}`),
+		"method":        fp(t, "PATCH", "/v1/orders", js, `{"item":"book","quantity":2}`),
+		"path":          fp(t, "POST", "/v1/payments", js, `{"item":"book","quantity":2}`),
+		"query":         fp(t, "POST", "/v1/orders?dry_run=1", js, `{"item":"book","quantity":2}`),
+		"extra field":   fp(t, "POST", "/v1/orders", js, `{"item":"book","quantity":2,"x":null}`),
+		"not JSON type": fp(t, "POST", "/v1/orders", "text/plain", "{ \"quantity\": 2, \"item\": \"book\" }"),
+	}
+	for name, got := range differ {
+		if bytes.Equal(got, base) {
+			t.Errorf("%s: fingerprint equal, want different", name)
+		}
+	}
+	if !bytes.Equal(fp(t, "POST", "/x?b=2&a=1", "", ""), fp(t, "POST", "/x?a=1&b=2", "", "")) {
+		t.Error("query parameter order changed the fingerprint")
+	}
+	if !bytes.Equal(fp(t, "POST", "/x", js, "{not json"), fp(t, "POST", "/x", js, "{not json")) {
+		t.Error("invalid JSON is not hashed deterministically")
+	}
+	if bytes.Equal(fp(t, "POST", "/x", js, "{not json"), fp(t, "POST", "/x", js, "{not  json")) {
+		t.Error("invalid JSON must be hashed as bytes")
+	}
+}
+
+func TestFingerprintWithHeaders(t *testing.T) {
+	t.Parallel()
+	f := core.FingerprintWithHeaders("x-tenant")
+	sum := func(tenant string) []byte {
+		r := httptest.NewRequest("POST", "/x", nil)
+		r.Header.Set("X-Tenant", tenant)
+		b, err := f(r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if bytes.Equal(sum("a"), sum("b")) {
+		t.Fatal("a listed header did not change the fingerprint")
+	}
+	if !bytes.Equal(sum("a"), sum("a")) {
+		t.Fatal("fingerprint not deterministic")
+	}
+}
+
+// FuzzFingerprint: re-encoding a JSON body (other key order, other white space) keeps
+// the fingerprint; changing a value changes it.
+func FuzzFingerprint(f *testing.F) {
+	for _, s := range []string{`{"a":1,"b":[true,null,"x"]}`, `[1,2,3]`, `{"n":1e3,"s":"\u00e9"}`, `"str"`, `{}`, `{"z":{"y":{"x":0.1}}}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		var v any
+		if json.Unmarshal([]byte(body), &v) != nil {
+			return
+		}
+		pretty, err := json.MarshalIndent(v, " ", "   ")
+		if err != nil {
+			return
+		}
+		a := fp(t, "POST", "/f", "application/json", body)
+		b := fp(t, "POST", "/f", "application/json", string(pretty))
+		if !bytes.Equal(a, b) {
+			t.Fatalf("equivalent JSON hashed differently:\n%s\n%s", body, pretty)
+		}
+		changed, err := json.Marshal([]any{v, "changed"})
+		if err != nil {
+			return
+		}
+		if bytes.Equal(a, fp(t, "POST", "/f", "application/json", string(changed))) {
+			t.Fatalf("changed JSON hashed the same: %s", changed)
+		}
+	})
+}

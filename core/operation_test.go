@@ -1,0 +1,133 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/memstore"
+)
+
+// TestPhasedResumeSkipsCommittedPhases: an attempt that fails after its first phase
+// keeps the recovery point; the retry resumes after it and runs each phase once.
+func TestPhasedResumeSkipsCommittedPhases(t *testing.T) {
+	t.Parallel()
+	var charges, payments atomic.Int64
+	var crash atomic.Bool
+	crash.Store(true)
+	var mu sync.Mutex
+	var seen []string
+	hs := newHarness(t, core.Config{Mode: core.ModePhased}, func(w http.ResponseWriter, r *http.Request) {
+		op := core.OperationFrom(r.Context())
+		mu.Lock()
+		seen = append(seen, op.RecoveryPoint())
+		mu.Unlock()
+		if err := op.Phase(r.Context(), "charge_created", func(context.Context) error {
+			if op.DerivedKey("charge") != op.Key()+":charge" {
+				t.Errorf("DerivedKey = %q", op.DerivedKey("charge"))
+			}
+			charges.Add(1)
+			return nil
+		}); err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		if crash.Load() {
+			panic("crash after charge_created")
+		}
+		if err := op.Phase(r.Context(), "finished", func(context.Context) error { payments.Add(1); return nil }); err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		w.WriteHeader(201)
+	})
+	func() {
+		defer func() { _ = recover() }()
+		hs.do("POST", "pay", orderJSON)
+	}()
+	crash.Store(false)
+	w := hs.do("POST", "pay", orderJSON)
+	if w.Code != 201 || w.Header().Get("Idempotent-Replayed") != "" {
+		t.Fatalf("resumed attempt: %d", w.Code)
+	}
+	if charges.Load() != 1 || payments.Load() != 1 {
+		t.Fatalf("charges %d payments %d, want 1 and 1", charges.Load(), payments.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 || seen[0] != core.RecoveryStarted || seen[1] != "charge_created" {
+		t.Fatalf("recovery points seen by the handler: %v", seen)
+	}
+}
+
+// TestStaleWorkerLosesLease: a worker whose lease expired and was taken over cannot
+// commit a phase; the engine answers it 409 whatever the handler wrote.
+func TestStaleWorkerLosesLease(t *testing.T) {
+	t.Parallel()
+	store := memstore.New()
+	entered := make(chan struct{}, 2)
+	proceed := make(chan struct{})
+	var phaseErr atomic.Value
+	eng, err := core.New(core.Config{Store: store, Scope: func(*http.Request) string { return "s" }, Lease: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		op := core.OperationFrom(r.Context())
+		if calls.Add(1) == 1 {
+			entered <- struct{}{}
+			<-proceed // the lease runs out while this worker stalls
+		}
+		if err := op.Phase(r.Context(), "step", func(context.Context) error { return nil }); err != nil {
+			phaseErr.Store(err)
+			w.WriteHeader(201) // a careless handler ignores the error: the engine must not
+			return
+		}
+		w.WriteHeader(201)
+	}))
+	req := func() *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/p", nil)
+		r.Header.Set("Idempotency-Key", "k")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	stale := make(chan *httptest.ResponseRecorder)
+	go func() { stale <- req() }()
+	<-entered
+	time.Sleep(120 * time.Millisecond)
+	if w := req(); w.Code != 201 { // takes over the expired lease and completes
+		t.Fatalf("taking-over worker: %d", w.Code)
+	}
+	close(proceed)
+	w := <-stale
+	if w.Code != http.StatusConflict {
+		t.Fatalf("stale worker answered %d, want 409", w.Code)
+	}
+	if err, _ := phaseErr.Load().(error); !errors.Is(err, core.ErrLeaseLost) {
+		t.Fatalf("stale phase error %v, want ErrLeaseLost", err)
+	}
+	if w := req(); w.Code != 201 || w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("after both: %d, want the replay", w.Code)
+	}
+}
+
+func TestOperationFromWithoutOperation(t *testing.T) {
+	t.Parallel()
+	if _, err := core.OperationFromSafely(context.Background()); !errors.Is(err, core.ErrNoOperation) {
+		t.Fatalf("err = %v, want ErrNoOperation", err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("OperationFrom did not panic without an operation")
+		}
+	}()
+	core.OperationFrom(context.Background())
+}
