@@ -377,8 +377,8 @@ func (s *failingStore) SupportsAtomic() bool                                    
 type failingLock struct{ s *failingStore }
 
 func (l *failingLock) Context(ctx context.Context) context.Context { return ctx }
-func (l *failingLock) RecoveryPoint() string                      { return core.RecoveryStarted }
-func (l *failingLock) TakenOver() bool                            { return false }
+func (l *failingLock) RecoveryPoint() string                       { return core.RecoveryStarted }
+func (l *failingLock) TakenOver() bool                             { return false }
 func (l *failingLock) Phase(ctx context.Context, _ string, fn func(context.Context) error) error {
 	return fn(ctx)
 }
