@@ -37,14 +37,24 @@ type Store struct {
 // goroutines working on neighbouring shards do not slow each other down.
 type shard struct {
 	mu sync.RWMutex
-	m  map[id]*entry
+	m  map[id]slot
 	_  [32]byte
 }
 
 // id names a key: the same key in two scopes is two keys.
 type id struct{ scope, key string }
 
-// entry is one stored key. Its fields are guarded by the shard's lock.
+// slot is what the map holds for a key: exactly one of done and e is set. Both are
+// pointers kept inline in the map, so a replay reads the map and the record, nothing else.
+type slot struct {
+	// done is the record of a completed key. It is never mutated, so a replaying Claim
+	// returns it without copying.
+	done *core.Record
+	// e is the state of a started key, guarded by the shard's lock.
+	e *entry
+}
+
+// entry is a started key.
 type entry struct {
 	id          id
 	fp          []byte // copied at claim time, never mutated
@@ -54,9 +64,18 @@ type entry struct {
 	created     time.Time
 	lockedUntil time.Time
 	token       uint64
-	// done is the completed record, set once by Complete and never mutated afterwards,
-	// so a replaying Claim can return it without copying.
-	done *core.Record
+}
+
+func (sl slot) created() time.Time {
+	if sl.done != nil {
+		return sl.done.CreatedAt
+	}
+	return sl.e.created
+}
+
+// live reports whether sl is a started key whose lease has not run out at now.
+func (sl slot) live(now time.Time) bool {
+	return sl.e != nil && now.Before(sl.e.lockedUntil)
 }
 
 // Option configures a Store.
@@ -80,7 +99,7 @@ func New(opts ...Option) *Store {
 		o(s)
 	}
 	for i := range s.shards {
-		s.shards[i].m = make(map[id]*entry)
+		s.shards[i].m = make(map[id]slot)
 	}
 	return s
 }
@@ -111,11 +130,8 @@ func (s *Store) Len() int {
 // pastRetention reports whether e counts as absent for a claim with the given retention:
 // created longer ago than retention and not held by a live lease. A retention of zero or
 // less never expires a key.
-func pastRetention(e *entry, now time.Time, retention time.Duration) bool {
-	if retention <= 0 || now.Sub(e.created) <= retention {
-		return false
-	}
-	return e.done != nil || !now.Before(e.lockedUntil)
+func pastRetention(sl slot, now time.Time, retention time.Duration) bool {
+	return retention > 0 && now.Sub(sl.created()) > retention && !sl.live(now)
 }
 
 // Claim implements core.Store. It runs ModePhased; ModeDefault is taken as ModePhased and
@@ -125,7 +141,8 @@ func pastRetention(e *entry, now time.Time, retention time.Duration) bool {
 // copying it: callers must not mutate it.
 func (s *Store) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Record, error) {
 	if c.Mode != core.ModePhased && c.Mode != core.ModeDefault {
-		return nil, nil, fmt.Errorf("memstore: %s mode needs a transaction to share: %w", c.Mode, core.ErrUnsupportedMode)
+		return nil, nil, fmt.Errorf("memstore: mode %d (%s): %w: memstore has no transaction to share, use ModePhased",
+			c.Mode, c.Mode, core.ErrUnsupportedMode)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, nil, fmt.Errorf("memstore: claim: %w", err)
@@ -136,10 +153,9 @@ func (s *Store) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Recor
 	// Fast path: a completed key within retention is replayed under the read lock.
 	now := s.now()
 	sh.mu.RLock()
-	if e := sh.m[k]; e != nil && e.done != nil && !pastRetention(e, now, c.Retention) {
-		rec := e.done
+	if sl := sh.m[k]; sl.done != nil && (c.Retention <= 0 || now.Sub(sl.done.CreatedAt) <= c.Retention) {
 		sh.mu.RUnlock()
-		return nil, rec, nil
+		return nil, sl.done, nil
 	}
 	sh.mu.RUnlock()
 
@@ -150,12 +166,13 @@ func (s *Store) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Recor
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now = s.now()
-	e := sh.m[k]
-	if e != nil && pastRetention(e, now, c.Retention) {
-		e = nil // counts as absent; the new claim replaces it
+	sl, found := sh.m[k]
+	if found && pastRetention(sl, now, c.Retention) {
+		found = false // counts as absent; the new claim replaces it
 	}
+	e := sl.e
 	switch {
-	case e == nil:
+	case !found:
 		e = &entry{
 			id:          k,
 			fp:          bytes.Clone(c.Fingerprint),
@@ -166,10 +183,10 @@ func (s *Store) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Recor
 			lockedUntil: now.Add(lease),
 			token:       s.tokens.Add(1),
 		}
-		sh.m[k] = e
+		sh.m[k] = slot{e: e}
 		return &lock{s: s, sh: sh, k: k, token: e.token, lease: lease, point: e.point}, nil, nil
-	case e.done != nil:
-		return nil, e.done, nil
+	case sl.done != nil:
+		return nil, sl.done, nil
 	case now.Before(e.lockedUntil) || !bytes.Equal(e.fp, c.Fingerprint):
 		return nil, e.started(), nil
 	default: // expired lease, same request: take over
@@ -211,9 +228,9 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) 
 		}
 		sh := &s.shards[i]
 		sh.mu.RLock()
-		for _, e := range sh.m {
-			if deletable(e, before, now) {
-				h.offer(candidate{e: e, sh: sh})
+		for k, sl := range sh.m {
+			if deletable(sl, before, now) {
+				h.offer(candidate{k: k, sl: sl, created: sl.created(), sh: sh})
 			}
 		}
 		sh.mu.RUnlock()
@@ -222,8 +239,8 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) 
 	now = s.now()
 	for _, c := range h.items {
 		c.sh.mu.Lock()
-		if c.sh.m[c.e.id] == c.e && deletable(c.e, before, now) {
-			delete(c.sh.m, c.e.id)
+		if sl, ok := c.sh.m[c.k]; ok && sl == c.sl && deletable(sl, before, now) {
+			delete(c.sh.m, c.k)
 			n++
 		}
 		c.sh.mu.Unlock()
@@ -231,13 +248,17 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) 
 	return n, nil
 }
 
-func deletable(e *entry, before, now time.Time) bool {
-	return e.created.Before(before) && (e.done != nil || !now.Before(e.lockedUntil))
+func deletable(sl slot, before, now time.Time) bool {
+	return sl.created().Before(before) && !sl.live(now)
 }
 
+// candidate is a key DeleteExpired may delete: still there as the same slot, and still
+// not live, when it comes to it.
 type candidate struct {
-	e  *entry
-	sh *shard
+	k       id
+	sl      slot
+	created time.Time
+	sh      *shard
 }
 
 // oldest keeps the max oldest candidates offered to it: a max-heap on creation time whose
@@ -247,7 +268,7 @@ type oldest struct {
 	items []candidate
 }
 
-func (h *oldest) newer(i, j int) bool { return h.items[i].e.created.After(h.items[j].e.created) }
+func (h *oldest) newer(i, j int) bool { return h.items[i].created.After(h.items[j].created) }
 
 func (h *oldest) offer(c candidate) {
 	if len(h.items) < h.max {
@@ -262,7 +283,7 @@ func (h *oldest) offer(c candidate) {
 		}
 		return
 	}
-	if !c.e.created.Before(h.items[0].e.created) {
+	if !c.created.Before(h.items[0].created) {
 		return
 	}
 	h.items[0] = c
@@ -305,8 +326,8 @@ func (l *lock) TakenOver() bool { return l.takenOver }
 
 // held returns the entry if this lock still holds it. The caller holds the shard's lock.
 func (l *lock) held() *entry {
-	e := l.sh.m[l.k]
-	if e == nil || e.token != l.token || e.done != nil {
+	e := l.sh.m[l.k].e
+	if e == nil || e.token != l.token {
 		return nil
 	}
 	return e
@@ -355,7 +376,7 @@ func (l *lock) Complete(ctx context.Context, r *core.Response) error {
 	if e == nil {
 		return fmt.Errorf("memstore: complete: %w", core.ErrLeaseLost)
 	}
-	e.done = &core.Record{
+	l.sh.m[l.k] = slot{done: &core.Record{
 		Scope:         e.id.scope,
 		Key:           e.id.key,
 		Fingerprint:   e.fp,
@@ -366,8 +387,7 @@ func (l *lock) Complete(ctx context.Context, r *core.Response) error {
 		Response:      resp,
 		CreatedAt:     e.created,
 		CompletedAt:   l.s.now(),
-	}
-	e.lockedUntil = time.Time{}
+	}}
 	l.ended = true
 	return nil
 }

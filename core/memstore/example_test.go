@@ -1,0 +1,49 @@
+package memstore_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/memstore"
+)
+
+// The engine drives a store like this: the first request claims the key and records its
+// response; the retry gets the record and replays it.
+func Example() {
+	ctx := context.Background()
+	store := memstore.New()
+	fp := sha256.Sum256([]byte(`POST /orders {"amount":10}`))
+	c := core.Claim{
+		Scope: "account-1", Key: "9f1c7a52-order", Fingerprint: fp[:],
+		Method: http.MethodPost, Path: "/orders", Mode: core.ModePhased,
+		Lease: time.Minute, Retention: 24 * time.Hour,
+	}
+
+	lock, _, err := store.Claim(ctx, c)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("first request claims the key:", lock.RecoveryPoint())
+	err = lock.Complete(ctx, &core.Response{
+		Status: http.StatusCreated,
+		Header: http.Header{"Location": {"/orders/1"}},
+		Body:   []byte(`{"id":1}`),
+	})
+	if err != nil {
+		panic(err)
+	}
+
+	_, rec, err := store.Claim(ctx, c)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("retry gets the record:", rec.State, rec.Response.Status,
+		rec.Response.Header.Get("Location"), string(rec.Response.Body))
+	// Output:
+	// first request claims the key: started
+	// retry gets the record: completed 201 /orders/1 {"id":1}
+}

@@ -1,0 +1,317 @@
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem/core"
+)
+
+// commonTests run in every mode the store supports.
+var commonTests = []test{
+	{"FreshClaim", testFreshClaim},
+	{"CompleteThenReplay", testCompleteThenReplay},
+	{"CompleteCopiesResponse", testCompleteCopiesResponse},
+	{"MismatchOnCompleted", testMismatchOnCompleted},
+	{"ReleaseWithoutPhase", testReleaseWithoutPhase},
+	{"ReleaseAfterComplete", testReleaseAfterComplete},
+	{"PhaseError", testPhaseError},
+	{"PhaseSuccess", testPhaseSuccess},
+	{"RetentionAsAbsent", testRetentionAsAbsent},
+	{"ScopeIsolation", testScopeIsolation},
+	{"ConcurrentClaims", testConcurrentClaims},
+}
+
+// testFreshClaim: a key never seen is claimed with recovery point RecoveryStarted, not
+// taken over, and the lock's context keeps the caller's values.
+func testFreshClaim(s *suite) {
+	c := s.claim("k", "a")
+	l := s.mustFresh(c)
+	s.requireMarked(l.Context(s.markedCtx()), "Lock.Context")
+	s.complete(l, created("1"))
+	s.mustReplay(c, c, created("1"))
+}
+
+// testCompleteThenReplay: a completed key is replayed with everything it was completed
+// with, whatever the body holds.
+func testCompleteThenReplay(s *suite) {
+	binary := make([]byte, 0, 512)
+	for i := range 256 {
+		binary = append(binary, byte(i))
+	}
+	binary = append(binary, 0xff, 0xfe, 0xc3, 0x28, 0xa0, 0xa1, 0xe2, 0x28, 0xa1, 0x00, '\r', '\n', 0x00)
+	large := make([]byte, 64<<10)
+	for i := range large {
+		large[i] = byte(i*7 + i>>8)
+	}
+	cases := []struct {
+		name string
+		resp *core.Response
+	}{
+		{"json", created("42")},
+		{"binary", &core.Response{
+			Status: http.StatusOK,
+			Header: http.Header{
+				"Content-Type": {"application/octet-stream"},
+				"Link":         {`</a>; rel="next"`, `</b>; rel="prev"`},
+				"Etag":         {`"v1"`},
+			},
+			Body: binary,
+		}},
+		{"empty-nil-header", &core.Response{Status: http.StatusNoContent}},
+		{"empty-body", &core.Response{Status: http.StatusAccepted, Header: http.Header{}, Body: []byte{}}},
+		{"client-error", &core.Response{
+			Status: http.StatusUnprocessableEntity,
+			Header: http.Header{"Content-Type": {"application/problem+json"}},
+			Body:   []byte(`{"type":"about:blank","title":"invalid amount","status":422}`),
+		}},
+		{"large", &core.Response{Status: http.StatusOK, Body: large}},
+		{"utf8", &core.Response{
+			Status: http.StatusCreated,
+			Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
+			Body:   []byte("commande reçue ✓ 注文 🎉"),
+		}},
+	}
+	for _, tc := range cases {
+		c := s.claim(tc.name, "body of "+tc.name)
+		c.Method, c.Path = http.MethodPatch, "/orders/"+tc.name
+		l := s.mustFresh(c)
+		s.complete(l, tc.resp)
+		s.mustReplay(c, c, tc.resp)
+		s.mustReplay(c, c, tc.resp) // a replay changes nothing
+	}
+}
+
+// testCompleteCopiesResponse: changing the response passed to Complete afterwards does
+// not change what is stored.
+func testCompleteCopiesResponse(s *suite) {
+	want := created("7")
+	passed := cloneResponse(want)
+	c := s.claim("k", "a")
+	l := s.mustFresh(c)
+	mustNoError(s.t, l.Complete(s.ctx, passed))
+
+	passed.Status = http.StatusTeapot
+	passed.Body[0] = 'X'
+	passed.Body = append(passed.Body[:0], "overwritten"...)
+	passed.Header["Location"][0] = "/elsewhere"
+	passed.Header.Set("Set-Cookie", "session=stolen")
+	passed.Header.Del("Content-Type")
+
+	s.mustReplay(c, c, want)
+}
+
+// testMismatchOnCompleted: the same key with a different fingerprint gets the completed
+// record (the engine answers 422 from its fingerprint).
+func testMismatchOnCompleted(s *suite) {
+	c := s.claim("k", "amount=10")
+	s.complete(s.mustFresh(c), created("1"))
+	other := s.claim("k", "amount=99")
+	rec := s.mustReplay(other, c, created("1"))
+	mustFalse(s.t, bytes.Equal(other.Fingerprint, rec.Fingerprint), "the record keeps the fingerprint of its own request")
+}
+
+// testReleaseWithoutPhase: a failed attempt that recorded no phase gives the key up
+// entirely; the next claim, even with another fingerprint, gets a fresh lock.
+func testReleaseWithoutPhase(s *suite) {
+	c := s.claim("k", "a")
+	l := s.mustFresh(c)
+	mustNoError(s.t, l.Release(s.ctx), "Release")
+
+	other := s.claim("k", "b")
+	l2 := s.mustFresh(other)
+	s.complete(l2, created("2"))
+	s.mustReplay(c, other, created("2"))
+}
+
+// testReleaseAfterComplete: Release after a successful Complete does not undo it, whatever
+// it returns.
+func testReleaseAfterComplete(s *suite) {
+	c := s.claim("k", "a")
+	l := s.mustFresh(c)
+	s.complete(l, created("1"))
+	_ = l.Lock.Release(s.ctx)
+	s.mustReplay(c, c, created("1"))
+	s.mustReplay(s.claim("k", "b"), c, created("1"))
+}
+
+// testPhaseError: a phase whose function fails returns that error and records nothing;
+// releasing afterwards gives the key up as if no phase had run.
+func testPhaseError(s *suite) {
+	c := s.claim("k", "a")
+	l := s.mustFresh(c)
+	calls := 0
+	err := l.Phase(s.ctx, "charged", func(ctx context.Context) error {
+		calls++
+		return fmt.Errorf("provider said no: %w", errBoom)
+	})
+	mustErrorIs(s.t, err, errBoom, "Phase must return the error of its function")
+	mustEqual(s.t, 1, calls, "Phase must run its function once")
+	if s.mode == core.ModePhased {
+		s.mustStarted(c, c, core.RecoveryStarted)
+	}
+	mustNoError(s.t, l.Release(s.ctx), "Release")
+	s.mustFresh(s.claim("k", "b"))
+}
+
+// testPhaseSuccess: a phase runs its function once with the caller's context values and,
+// in phased mode, records its point.
+func testPhaseSuccess(s *suite) {
+	c := s.claim("k", "a")
+	l := s.mustFresh(c)
+	for _, point := range []string{"charged", "emailed"} {
+		var got context.Context
+		calls := 0
+		err := l.Phase(s.markedCtx(), point, func(ctx context.Context) error {
+			calls++
+			got = ctx
+			return nil
+		})
+		mustNoError(s.t, err, "Phase %q", point)
+		mustEqual(s.t, 1, calls, "Phase must run its function once")
+		s.requireMarked(got, "the context Phase hands its function")
+		if s.mode == core.ModePhased {
+			s.mustStarted(c, c, point)
+		}
+	}
+	s.complete(l, created("1"))
+	s.mustReplay(c, c, created("1"))
+}
+
+// testRetentionAsAbsent: a completed key older than the claim's retention counts as
+// absent: the claim gets a fresh lock and its completion replaces the old record.
+func testRetentionAsAbsent(s *suite) {
+	c := s.claim("k", "a")
+	s.complete(s.mustFresh(c), created("old"))
+	time.Sleep(pastLease)
+
+	stillKept := s.claim("k", "a")
+	stillKept.Retention = defaultRetention
+	s.mustReplay(stillKept, c, created("old"))
+
+	again := s.claim("k", "b")
+	again.Retention = shortLease
+	l := s.mustFresh(again)
+	s.complete(l, created("new"))
+	s.mustReplay(s.claim("k", "a"), again, created("new"))
+}
+
+// testScopeIsolation: the same key in two scopes names two operations.
+func testScopeIsolation(s *suite) {
+	a, b := s.claim("k", "same"), s.claim("k", "same")
+	a.Scope, b.Scope = "tenant-a", "tenant-b"
+	la := s.mustFresh(a)
+	lb := s.mustFresh(b)
+	s.complete(la, created("a"))
+	if s.mode == core.ModePhased {
+		s.mustStarted(b, b, core.RecoveryStarted)
+	}
+	s.complete(lb, created("b"))
+	s.mustReplay(a, a, created("a"))
+	s.mustReplay(b, b, created("b"))
+
+	c := s.claim("k", "same")
+	c.Scope = "tenant-c"
+	s.mustFresh(c)
+}
+
+// concurrentClaimers is how many goroutines claim one key at once.
+const concurrentClaimers = 200
+
+// testConcurrentClaims: many goroutines claiming one key at once get exactly one Lock;
+// the others a Record (or ErrInProgress when an atomic wait runs out, or ErrTransient).
+// Once the winner completes, every claim replays.
+func testConcurrentClaims(s *suite) {
+	c := s.claim("k", "a")
+	if s.mode == core.ModeAtomic {
+		c.LockWait = 10 * defaultLockWait
+	}
+	resp := created("1")
+	start := make(chan struct{})
+	results := make([]outcome, concurrentClaimers)
+	completeErrs := make([]error, concurrentClaimers)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() {
+			<-start
+			lock, rec, err := s.store.Claim(s.ctx, c)
+			results[i] = outcome{lock, rec, err}
+			// An atomic twin waits for the winner's transaction: the winner must finish
+			// while the others wait. A phased winner holds on until all have answered.
+			if lock != nil && s.mode == core.ModeAtomic {
+				completeErrs[i] = lock.Complete(s.ctx, cloneResponse(resp))
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	var winner *held
+	locks, records, inProgress, transient := 0, 0, 0, 0
+	var winnerErr error
+	for i, o := range results {
+		s.checkShape(o)
+		switch {
+		case o.lock != nil:
+			locks++
+			winner, winnerErr = s.track(o.lock), completeErrs[i]
+			if s.mode == core.ModeAtomic && winnerErr == nil {
+				winner.ended.Store(true)
+			}
+		case o.rec != nil:
+			records++
+			s.checkRecord(o.rec, c, o.rec.State)
+		case errors.Is(o.err, core.ErrInProgress) && s.mode == core.ModeAtomic:
+			inProgress++
+		case errors.Is(o.err, core.ErrTransient):
+			transient++
+		default:
+			s.t.Fatalf("unexpected claim error: %v", o.err)
+		}
+	}
+	mustEqual(s.t, 1, locks, "exactly one of %d concurrent claims must win (records %d, in progress %d, transient %d)",
+		concurrentClaimers, records, inProgress, transient)
+	s.t.Logf("%d claimers: 1 lock, %d records, %d in progress, %d transient", concurrentClaimers, records, inProgress, transient)
+
+	if s.mode == core.ModeAtomic {
+		mustNoError(s.t, winnerErr, "winner's Complete")
+		for _, o := range results {
+			if o.rec != nil {
+				mustEqual(s.t, core.StateCompleted, o.rec.State, "an atomic twin sees only the committed record")
+				requireResponse(s.t, resp, o.rec.Response)
+			}
+		}
+	} else {
+		for _, o := range results {
+			if o.rec != nil {
+				mustEqual(s.t, core.StateStarted, o.rec.State, "the winner holds the key")
+			}
+		}
+		s.complete(winner, resp)
+	}
+
+	var replays sync.WaitGroup
+	replayed := make([]outcome, 20)
+	for i := range replayed {
+		replays.Go(func() {
+			lock, rec, err := s.store.Claim(s.ctx, c)
+			replayed[i] = outcome{lock, rec, err}
+		})
+	}
+	replays.Wait()
+	for _, o := range replayed {
+		s.checkShape(o)
+		mustNoError(s.t, o.err, "claim after completion")
+		if o.lock != nil {
+			s.track(o.lock)
+			s.t.Fatal("a claim after completion got a Lock")
+		}
+		s.checkRecord(o.rec, c, core.StateCompleted)
+		requireResponse(s.t, resp, o.rec.Response)
+	}
+}

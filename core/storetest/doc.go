@@ -1,0 +1,29 @@
+// Package storetest is the conformance suite every core.Store runs. It checks, through
+// the Store and Lock interfaces only, every sentence of the contract in core/store.go:
+// claim and replay, fingerprint mismatch, keys in progress, release after a failure,
+// phases and recovery points, lease expiry and takeover, fencing of a stale lock,
+// retention, DeleteExpired, scope isolation and many goroutines claiming one key.
+//
+// ModePhased is always exercised; ModeAtomic too when the store's SupportsAtomic reports
+// true (otherwise the suite checks that an atomic claim fails with
+// core.ErrUnsupportedMode).
+//
+// Call Run from the store's external test package, with a function that gives each
+// subtest a fresh, empty store of its own (its own table, schema or database), so the
+// subtests run in parallel without seeing each other's keys:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) core.Store {
+//			return mystore.New(testdb.Postgres(t))
+//		})
+//	}
+//
+// The suite sleeps only where a lease must pass, with leases of a few hundred
+// milliseconds, and compares the store's timestamps with the test's clock within a
+// minute, so the store and the database must run on clocks that agree that closely.
+//
+// Where goroutines race for one key (200 claimers, several takeovers at once) a loser
+// may get an error wrapping core.ErrTransient instead of a Record: that is what a
+// database at REPEATABLE READ reports for a serialization failure, and the engine
+// answers it with 503 + Retry-After. A second Lock is never allowed.
+package storetest

@@ -1,0 +1,212 @@
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem/core"
+)
+
+// phasedTests run in ModePhased only: they look at started keys, leases and takeovers.
+var phasedTests = []test{
+	{"InProgress", testInProgress},
+	{"ReleaseAfterPhase", testReleaseAfterPhase},
+	{"LeaseExpiryTakeover", testLeaseExpiryTakeover},
+	{"TakeoverRace", testTakeoverRace},
+	{"Fencing", testFencing},
+	{"PhaseRenewsLease", testPhaseRenewsLease},
+	{"RetentionKeepsLiveLease", testRetentionKeepsLiveLease},
+	{"RetentionOnExpiredLease", testRetentionOnExpiredLease},
+}
+
+// testInProgress: a key held by a live lease is reported as a started record, with the
+// holder's fingerprint, to the same request and to a different one; the holder is not
+// disturbed.
+func testInProgress(s *suite) {
+	c := s.claim("k", "a")
+	l := s.mustFresh(c)
+	s.mustStarted(c, c, core.RecoveryStarted)
+	rec := s.mustStarted(s.claim("k", "b"), c, core.RecoveryStarted)
+	mustFalse(s.t, bytes.Equal(fingerprint("b"), rec.Fingerprint), "the record keeps the fingerprint of its own request")
+	s.complete(l, created("1"))
+	s.mustReplay(c, c, created("1"))
+}
+
+// testReleaseAfterPhase: a failed attempt that recorded a phase keeps the key and its
+// recovery point but ends its lease: the next claim with the same request takes over at
+// once and resumes; one with another request gets the record.
+func testReleaseAfterPhase(s *suite) {
+	c := s.claim("k", "a")
+	l := s.mustFresh(c)
+	mustNoError(s.t, l.Phase(s.ctx, "charged", noop))
+	mustNoError(s.t, l.Release(s.ctx), "Release")
+
+	rec := s.mustRecord(s.claim("k", "b"))
+	s.checkRecord(rec, c, core.StateStarted)
+	mustEqual(s.t, "charged", rec.RecoveryPoint)
+	mustFalse(s.t, rec.LockedUntil.After(time.Now().Add(time.Second)),
+		"a released lease must have ended, LockedUntil is %v", rec.LockedUntil)
+
+	l2 := s.mustLock(c)
+	mustTrue(s.t, l2.TakenOver(), "the retry after a released phase must take over")
+	mustEqual(s.t, "charged", l2.RecoveryPoint(), "the retry resumes from the recorded phase")
+	s.mustStarted(c, c, "charged")
+	s.complete(l2, created("1"))
+	s.mustReplay(c, c, created("1"))
+}
+
+// testLeaseExpiryTakeover: once a lease runs out, a claim with the same request takes
+// over with the recorded point and a fresh lease; one with another request gets the
+// record and takes nothing over.
+func testLeaseExpiryTakeover(s *suite) {
+	c := s.claim("k", "a")
+	c.Lease = shortLease
+	l := s.mustFresh(c)
+	mustNoError(s.t, l.Phase(s.ctx, "charged", noop))
+	time.Sleep(pastLease)
+
+	rec := s.mustRecord(s.claim("k", "b"))
+	s.checkRecord(rec, c, core.StateStarted)
+	mustEqual(s.t, "charged", rec.RecoveryPoint)
+	mustTrue(s.t, rec.LockedUntil.Before(time.Now()), "the lease has run out: LockedUntil %v", rec.LockedUntil)
+
+	retry := s.claim("k", "a")
+	l2 := s.mustLock(retry)
+	mustTrue(s.t, l2.TakenOver(), "TakenOver after an expired lease")
+	mustEqual(s.t, "charged", l2.RecoveryPoint())
+	s.mustStarted(retry, retry, "charged")
+	s.complete(l2, created("1"))
+	s.mustReplay(c, c, created("1"))
+}
+
+// takeoverRacers is how many goroutines race to take over one expired lease.
+const takeoverRacers = 16
+
+// testTakeoverRace: several claimers racing for one expired lease: exactly one takes it
+// over, the others see its live lease.
+func testTakeoverRace(s *suite) {
+	c := s.claim("k", "a")
+	c.Lease = shortLease
+	l := s.mustFresh(c)
+	mustNoError(s.t, l.Phase(s.ctx, "charged", noop))
+	time.Sleep(pastLease)
+
+	retry := s.claim("k", "a")
+	start := make(chan struct{})
+	results := make([]outcome, takeoverRacers)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() {
+			<-start
+			lock, rec, err := s.store.Claim(s.ctx, retry)
+			results[i] = outcome{lock, rec, err}
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	var winner *held
+	for _, o := range results {
+		s.checkShape(o)
+		switch {
+		case o.lock != nil:
+			h := s.track(o.lock)
+			mustNil(s.t, winner, "two claimers took over the same lease")
+			mustTrue(s.t, h.TakenOver(), "TakenOver")
+			mustEqual(s.t, "charged", h.RecoveryPoint())
+			winner = h
+		case o.rec != nil:
+			s.checkRecord(o.rec, c, core.StateStarted)
+			mustEqual(s.t, "charged", o.rec.RecoveryPoint)
+		default:
+			mustErrorIs(s.t, o.err, core.ErrTransient, "a losing claimer")
+		}
+	}
+	mustNotNil(s.t, winner, "one of %d claimers must take the expired lease over", takeoverRacers)
+	s.mustStarted(retry, retry, "charged")
+	s.complete(winner, created("1"))
+	s.mustReplay(c, c, created("1"))
+}
+
+// testFencing: after a takeover, the stale lock's Phase, Complete and Release fail with
+// ErrLeaseLost and change nothing; the new holder carries on.
+func testFencing(s *suite) {
+	c := s.claim("k", "a")
+	c.Lease = shortLease
+	stale := s.mustFresh(c)
+	mustNoError(s.t, stale.Phase(s.ctx, "p1", noop))
+	time.Sleep(pastLease)
+
+	retry := s.claim("k", "a")
+	fresh := s.mustLock(retry)
+	mustTrue(s.t, fresh.TakenOver())
+	mustEqual(s.t, "p1", fresh.RecoveryPoint())
+
+	err := stale.Phase(s.ctx, "stale-phase", noop)
+	mustErrorIs(s.t, err, core.ErrLeaseLost, "Phase of a lock whose lease was taken over")
+	s.mustStarted(retry, retry, "p1")
+
+	err = stale.Complete(s.ctx, created("stale"))
+	mustErrorIs(s.t, err, core.ErrLeaseLost, "Complete of a lock whose lease was taken over")
+	s.mustStarted(retry, retry, "p1")
+
+	err = stale.Release(s.ctx)
+	mustErrorIs(s.t, err, core.ErrLeaseLost, "Release of a lock whose lease was taken over")
+	s.mustStarted(retry, retry, "p1")
+
+	mustNoError(s.t, fresh.Phase(s.ctx, "p2", noop))
+	s.mustStarted(retry, retry, "p2")
+	s.complete(fresh, created("fresh"))
+	s.mustReplay(c, c, created("fresh"))
+}
+
+// testPhaseRenewsLease: a committed phase renews the lease, so a claim after the first
+// lease would have run out still finds the key in progress.
+func testPhaseRenewsLease(s *suite) {
+	c := s.claim("k", "a")
+	c.Lease = 600 * time.Millisecond
+	l := s.mustFresh(c)
+	time.Sleep(400 * time.Millisecond)
+	mustNoError(s.t, l.Phase(s.ctx, "charged", noop))
+	time.Sleep(400 * time.Millisecond)
+	s.mustStarted(c, c, "charged")
+	s.complete(l, created("1"))
+}
+
+// testRetentionKeepsLiveLease: a started key older than the retention is not absent while
+// its lease is live.
+func testRetentionKeepsLiveLease(s *suite) {
+	c := s.claim("k", "a")
+	l := s.mustFresh(c)
+	time.Sleep(pastLease)
+	same := c
+	same.Retention = shortLease
+	s.mustStarted(same, c, core.RecoveryStarted)
+	other := s.claim("k", "b")
+	other.Retention = shortLease
+	s.mustStarted(other, c, core.RecoveryStarted)
+	s.complete(l, created("1"))
+}
+
+// testRetentionOnExpiredLease: a started key past the retention whose lease has run out
+// counts as absent: the claim is fresh, not a takeover, and the old lock has lost it.
+func testRetentionOnExpiredLease(s *suite) {
+	c := s.claim("k", "a")
+	c.Lease = shortLease
+	old := s.mustFresh(c)
+	mustNoError(s.t, old.Phase(s.ctx, "charged", noop))
+	time.Sleep(pastLease)
+
+	again := s.claim("k", "a")
+	again.Retention = shortLease / 2
+	l := s.mustFresh(again)
+	err := old.Complete(s.ctx, created("old"))
+	mustErrorIs(s.t, err, core.ErrLeaseLost, "Complete of a lock whose key was claimed afresh")
+	s.complete(l, &core.Response{Status: http.StatusOK})
+	s.mustReplay(c, c, &core.Response{Status: http.StatusOK})
+}
+
+func noop(context.Context) error { return nil }

@@ -1,0 +1,332 @@
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/core"
+)
+
+// Defaults of the claims the suite builds; subtests shorten them where a lease or a wait
+// must run out.
+const (
+	defaultLease     = 60 * time.Second
+	defaultLockWait  = 2 * time.Second
+	defaultRetention = 24 * time.Hour
+
+	// shortLease is the lease of a claim whose expiry a subtest waits for; pastLease is
+	// how long it waits.
+	shortLease = 150 * time.Millisecond
+	pastLease  = 300 * time.Millisecond
+
+	// clockSlack bounds how far the store's timestamps may stray from the test's clock.
+	clockSlack = time.Minute
+)
+
+// Run runs every conformance test as parallel subtests. newStore returns a fresh, empty
+// store for one subtest (its own table/schema), so subtests do not see each other's keys.
+//
+// Subtests are grouped by mode ("phased", and "atomic" when the store supports it) plus
+// "store" for the mode-independent ones, so a failing case can be rerun alone with
+// -run 'TestX/phased/Fencing'.
+func Run(t *testing.T, newStore func(t *testing.T) core.Store) {
+	t.Helper()
+	atomicOK := newStore(t).SupportsAtomic()
+
+	groups := []struct {
+		mode  core.Mode
+		tests []test
+	}{{core.ModePhased, append(append([]test(nil), commonTests...), phasedTests...)}}
+	if atomicOK {
+		groups = append(groups, struct {
+			mode  core.Mode
+			tests []test
+		}{core.ModeAtomic, append(append([]test(nil), commonTests...), atomicTests...)})
+	}
+	for _, g := range groups {
+		t.Run(g.mode.String(), func(t *testing.T) {
+			t.Parallel()
+			for _, tc := range g.tests {
+				t.Run(tc.name, func(t *testing.T) {
+					t.Parallel()
+					tc.run(newSuite(t, newStore(t), g.mode))
+				})
+			}
+		})
+	}
+	t.Run("store", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range storeTests {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				tc.run(newSuite(t, newStore(t), core.ModePhased))
+			})
+		}
+		if !atomicOK {
+			t.Run("UnsupportedMode", func(t *testing.T) {
+				t.Parallel()
+				testUnsupportedMode(newSuite(t, newStore(t), core.ModeAtomic))
+			})
+		}
+	})
+}
+
+// test is one conformance case.
+type test struct {
+	name string
+	run  func(s *suite)
+}
+
+// suite is what a case works with: its own test, store and mode.
+type suite struct {
+	t     *testing.T
+	store core.Store
+	mode  core.Mode
+	ctx   context.Context
+}
+
+func newSuite(t *testing.T, store core.Store, mode core.Mode) *suite {
+	mustNotNil(t, store, "newStore returned nil")
+	return &suite{t: t, store: store, mode: mode, ctx: t.Context()}
+}
+
+// scope is the scope of every claim the suite builds unless a case says otherwise.
+const scope = "storetest"
+
+// claim builds a claim in the suite's mode for a key unique to the subtest, with the
+// fingerprint of body and sensible defaults.
+func (s *suite) claim(key, body string) core.Claim {
+	return core.Claim{
+		Scope:       scope,
+		Key:         keyFor(s.t, key),
+		Fingerprint: fingerprint(body),
+		Method:      http.MethodPost,
+		Path:        "/orders",
+		Mode:        s.mode,
+		Lease:       defaultLease,
+		LockWait:    defaultLockWait,
+		Retention:   defaultRetention,
+	}
+}
+
+// keyFor derives a key from the subtest's name, hashed when too long for a 255-character
+// key column.
+func keyFor(t *testing.T, suffix string) string {
+	k := t.Name() + "/" + suffix
+	if len(k) > 200 {
+		sum := sha256.Sum256([]byte(k))
+		k = hex.EncodeToString(sum[:]) + "/" + suffix
+	}
+	return k
+}
+
+// fingerprint is a 32-byte SHA-256, the size the engine hands stores.
+func fingerprint(body string) []byte {
+	sum := sha256.Sum256([]byte("POST /orders\n" + body))
+	return sum[:]
+}
+
+// outcome is what one Claim returned, for goroutines that may not fail the test themselves.
+type outcome struct {
+	lock core.Lock
+	rec  *core.Record
+	err  error
+}
+
+// do claims and checks the result's shape: on success exactly one of lock and record, on
+// error neither.
+func (s *suite) do(c core.Claim) outcome {
+	s.t.Helper()
+	lock, rec, err := s.store.Claim(s.ctx, c)
+	o := outcome{lock, rec, err}
+	s.checkShape(o)
+	return o
+}
+
+func (s *suite) checkShape(o outcome) {
+	s.t.Helper()
+	if o.err != nil {
+		mustNil(s.t, o.lock, "Claim returned a Lock together with error %v", o.err)
+		mustNil(s.t, o.rec, "Claim returned a Record together with error %v", o.err)
+		return
+	}
+	mustTrue(s.t, (o.lock == nil) != (o.rec == nil),
+		"Claim must return exactly one of Lock and Record when err is nil (lock=%v, rec=%v)", o.lock, o.rec)
+}
+
+// mustLock claims c and requires a Lock. The lock is released when the subtest ends
+// unless the subtest completed or released it.
+func (s *suite) mustLock(c core.Claim) *held {
+	s.t.Helper()
+	o := s.do(c)
+	mustNoError(s.t, o.err, "Claim")
+	mustNotNil(s.t, o.lock, "Claim returned a Record (state %v), want a Lock", recState(o.rec))
+	return s.track(o.lock)
+}
+
+// mustFresh claims c and requires a Lock on a fresh key: not taken over, recovery point
+// RecoveryStarted.
+func (s *suite) mustFresh(c core.Claim) *held {
+	s.t.Helper()
+	l := s.mustLock(c)
+	mustFalse(s.t, l.TakenOver(), "a fresh claim must not report TakenOver")
+	mustEqual(s.t, core.RecoveryStarted, l.RecoveryPoint(), "recovery point of a fresh claim")
+	return l
+}
+
+// mustRecord claims c and requires a Record.
+func (s *suite) mustRecord(c core.Claim) *core.Record {
+	s.t.Helper()
+	o := s.do(c)
+	mustNoError(s.t, o.err, "Claim")
+	if o.lock != nil {
+		s.track(o.lock)
+		s.t.Fatalf("Claim returned a Lock (taken over: %v, recovery point %q), want a Record",
+			o.lock.TakenOver(), o.lock.RecoveryPoint())
+	}
+	return o.rec
+}
+
+// mustStarted claims c and requires the record of a started key whose lease is live.
+func (s *suite) mustStarted(c core.Claim, want core.Claim, point string) *core.Record {
+	s.t.Helper()
+	rec := s.mustRecord(c)
+	s.checkRecord(rec, want, core.StateStarted)
+	mustEqual(s.t, point, rec.RecoveryPoint, "recovery point")
+	mustTrue(s.t, rec.LockedUntil.After(time.Now()),
+		"LockedUntil %v of a live lease must be in the future", rec.LockedUntil)
+	mustTrue(s.t, rec.LockedUntil.Before(time.Now().Add(want.Lease+clockSlack)),
+		"LockedUntil %v is further away than the lease %v", rec.LockedUntil, want.Lease)
+	mustNil(s.t, rec.Response, "a started record has no response")
+	return rec
+}
+
+// mustReplay claims c and requires the completed record of want holding resp.
+func (s *suite) mustReplay(c core.Claim, want core.Claim, resp *core.Response) *core.Record {
+	s.t.Helper()
+	rec := s.mustRecord(c)
+	s.checkRecord(rec, want, core.StateCompleted)
+	mustFalse(s.t, rec.CompletedAt.IsZero(), "CompletedAt of a completed record")
+	requireResponse(s.t, resp, rec.Response)
+	return rec
+}
+
+// checkRecord checks the fields a record carries from the claim that created it.
+func (s *suite) checkRecord(rec *core.Record, want core.Claim, state core.State) {
+	s.t.Helper()
+	mustNotNil(s.t, rec)
+	mustEqual(s.t, state, rec.State, "state")
+	mustEqual(s.t, want.Scope, rec.Scope, "scope")
+	mustEqual(s.t, want.Key, rec.Key, "key")
+	mustTrue(s.t, bytes.Equal(want.Fingerprint, rec.Fingerprint),
+		"fingerprint %x, want %x", rec.Fingerprint, want.Fingerprint)
+	mustEqual(s.t, want.Method, rec.Method, "method")
+	mustEqual(s.t, want.Path, rec.Path, "path")
+	mustTrue(s.t, within(time.Now(), rec.CreatedAt, clockSlack), "CreatedAt %v is more than %v away from now", rec.CreatedAt, clockSlack)
+}
+
+// requireResponse compares a stored response with the one completed: status, headers
+// (an empty header equals a nil one) and the body byte for byte.
+func requireResponse(t *testing.T, want, got *core.Response) {
+	t.Helper()
+	mustNotNil(t, got, "a completed record carries its response")
+	mustEqual(t, want.Status, got.Status, "status")
+	mustTrue(t, headerEqual(want.Header, got.Header), "header: got %v, want %v", got.Header, want.Header)
+	mustTrue(t, bytes.Equal(want.Body, got.Body),
+		"body differs: got %d bytes %q, want %d bytes %q", len(got.Body), trim(got.Body), len(want.Body), trim(want.Body))
+}
+
+func trim(b []byte) []byte {
+	if len(b) > 64 {
+		return b[:64]
+	}
+	return b
+}
+
+func recState(rec *core.Record) any {
+	if rec == nil {
+		return nil
+	}
+	return rec.State
+}
+
+// held wraps a Lock so the subtest releases it at the end if the case did not complete
+// or release it (an atomic lock holds a transaction that would block dropping the
+// subtest's table).
+type held struct {
+	core.Lock
+	ended atomic.Bool
+}
+
+func (s *suite) track(l core.Lock) *held {
+	h := &held{Lock: l}
+	s.t.Cleanup(func() {
+		if !h.ended.Load() {
+			_ = h.Lock.Release(context.Background())
+		}
+	})
+	return h
+}
+
+// Complete calls the lock's Complete and remembers success.
+func (h *held) Complete(ctx context.Context, r *core.Response) error {
+	err := h.Lock.Complete(ctx, r)
+	if err == nil {
+		h.ended.Store(true)
+	}
+	return err
+}
+
+// Release calls the lock's Release and remembers success.
+func (h *held) Release(ctx context.Context) error {
+	err := h.Lock.Release(ctx)
+	if err == nil {
+		h.ended.Store(true)
+	}
+	return err
+}
+
+// complete completes l with a copy of r and requires success.
+func (s *suite) complete(l *held, r *core.Response) {
+	s.t.Helper()
+	mustNoError(s.t, l.Complete(s.ctx, cloneResponse(r)), "Complete")
+}
+
+func cloneResponse(r *core.Response) *core.Response {
+	return &core.Response{Status: r.Status, Header: r.Header.Clone(), Body: bytes.Clone(r.Body)}
+}
+
+// created is a response as a handler creating an order answers.
+func created(id string) *core.Response {
+	return &core.Response{
+		Status: http.StatusCreated,
+		Header: http.Header{
+			"Content-Type": {"application/json"},
+			"Location":     {"/orders/" + id},
+		},
+		Body: []byte(`{"id":"` + id + `","status":"created"}`),
+	}
+}
+
+// ctxKey marks contexts, to check that a store passes the caller's values on.
+type ctxKey struct{}
+
+func (s *suite) markedCtx() context.Context {
+	return context.WithValue(s.ctx, ctxKey{}, s.t.Name())
+}
+
+func (s *suite) requireMarked(ctx context.Context, what string) {
+	s.t.Helper()
+	mustNotNil(s.t, ctx, "%s returned a nil context", what)
+	mustEqual(s.t, any(s.t.Name()), ctx.Value(ctxKey{}), "%s must keep the caller's context values", what)
+}
+
+// errBoom is what failing phases return.
+var errBoom = errors.New("storetest: phase failed")

@@ -1,0 +1,255 @@
+package storetest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storetest"
+)
+
+// TestReferenceAtomic runs the whole suite, atomic subtests included, against refStore: a
+// small in-memory model of a store with transactions, so the atomic cases are proven to
+// pass against correct behaviour before a database store meets them.
+func TestReferenceAtomic(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) core.Store { return newRefStore() })
+}
+
+// refStore adds atomic mode to memstore: an atomic claim holds a per-key slot, standing for
+// the row lock of an open transaction; a twin waits for the slot up to its LockWait.
+// Completion records the response; a release deletes the key, phases included.
+type refStore struct {
+	*memstore.Store
+	mu      sync.Mutex
+	pending map[[2]string]chan struct{}
+}
+
+func newRefStore() *refStore {
+	return &refStore{Store: memstore.New(), pending: make(map[[2]string]chan struct{})}
+}
+
+func (s *refStore) SupportsAtomic() bool { return true }
+
+func (s *refStore) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Record, error) {
+	if c.Mode != core.ModeAtomic {
+		return s.Store.Claim(ctx, c)
+	}
+	k := [2]string{c.Scope, c.Key}
+	wait := c.LockWait
+	if wait <= 0 {
+		wait = 2 * time.Second
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		busy, ok := s.pending[k]
+		if !ok {
+			s.pending[k] = make(chan struct{})
+			s.mu.Unlock()
+			break
+		}
+		s.mu.Unlock()
+		select {
+		case <-busy:
+		case <-timer.C:
+			return nil, nil, fmt.Errorf("ref: lock wait: %w", core.ErrInProgress)
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
+	c.Mode = core.ModePhased
+	lock, rec, err := s.Store.Claim(ctx, c)
+	if lock == nil {
+		s.free(k)
+		return nil, rec, err
+	}
+	return &refLock{Lock: lock, s: s, k: k}, nil, nil
+}
+
+func (s *refStore) free(k [2]string) {
+	s.mu.Lock()
+	close(s.pending[k])
+	delete(s.pending, k)
+	s.mu.Unlock()
+}
+
+type refLock struct {
+	core.Lock
+	s     *refStore
+	k     [2]string
+	ended bool
+}
+
+// Phase runs fn in the "transaction": nothing is recorded until Complete.
+func (l *refLock) Phase(ctx context.Context, _ string, fn func(context.Context) error) error {
+	return fn(ctx)
+}
+
+func (l *refLock) Complete(ctx context.Context, r *core.Response) error {
+	if l.ended {
+		return errors.New("ref: lock ended")
+	}
+	l.ended = true
+	defer l.s.free(l.k)
+	if err := l.Lock.Complete(ctx, r); err != nil {
+		_ = l.Lock.Release(ctx)
+		return err
+	}
+	return nil
+}
+
+func (l *refLock) Release(ctx context.Context) error {
+	if l.ended {
+		return nil
+	}
+	l.ended = true
+	defer l.s.free(l.k)
+	return l.Lock.Release(ctx)
+}
+
+// brokenEnv names the flaw TestBrokenStoreChild gives its store.
+const brokenEnv = "STORETEST_BROKEN"
+
+// TestSuiteCatchesBrokenStores runs the suite, in a child process, against stores with
+// one flaw each and checks that the subtests meant to catch it fail.
+func TestSuiteCatchesBrokenStores(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		flaw string
+		want []string // subtests that must fail
+	}{
+		{"second-winner", []string{"phased/ConcurrentClaims", "phased/InProgress", "phased/TakeoverRace"}},
+		{"keeps-response", []string{"phased/CompleteCopiesResponse"}},
+		{"no-retention", []string{"phased/RetentionAsAbsent", "phased/RetentionOnExpiredLease"}},
+		{"no-fencing", []string{"phased/Fencing"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.flaw, func(t *testing.T) {
+			t.Parallel()
+			var names []string
+			for _, w := range tc.want {
+				names = append(names, strings.TrimPrefix(w, "phased/")+"$")
+			}
+			run := "^TestBrokenStoreChild$/^phased$/^(" + strings.Join(names, "|") + ")"
+			cmd := exec.Command(os.Args[0], "-test.run="+run, "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), brokenEnv+"="+tc.flaw)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("the suite passed a store with flaw %q:\n%s", tc.flaw, out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(string(out), "--- FAIL: TestBrokenStoreChild/"+w+" ") {
+					t.Errorf("subtest %s did not catch flaw %q:\n%s", w, tc.flaw, out)
+				}
+			}
+		})
+	}
+}
+
+// TestBrokenStoreChild is the child process of TestSuiteCatchesBrokenStores; without
+// STORETEST_BROKEN it does nothing.
+func TestBrokenStoreChild(t *testing.T) {
+	flaw := os.Getenv(brokenEnv)
+	if flaw == "" {
+		return
+	}
+	storetest.Run(t, func(t *testing.T) core.Store { return &brokenStore{Store: memstore.New(), flaw: flaw} })
+}
+
+// brokenStore is memstore with one flaw.
+type brokenStore struct {
+	*memstore.Store
+	flaw string
+	mu   sync.Mutex
+	kept map[[2]string]*core.Response
+}
+
+func (s *brokenStore) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Record, error) {
+	if s.flaw == "no-retention" {
+		c.Retention = 0
+	}
+	lock, rec, err := s.Store.Claim(ctx, c)
+	k := [2]string{c.Scope, c.Key}
+	switch {
+	case s.flaw == "second-winner" && rec != nil && rec.State == core.StateStarted:
+		return fakeLock{}, nil, nil
+	case s.flaw == "keeps-response" && rec != nil && rec.Response != nil:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if r := s.kept[k]; r != nil {
+			cp := *rec
+			cp.Response = r
+			return nil, &cp, nil
+		}
+	case lock != nil && s.flaw == "keeps-response":
+		return &keepingLock{Lock: lock, s: s, k: k}, nil, nil
+	case lock != nil && s.flaw == "no-fencing":
+		return unfencedLock{lock}, nil, nil
+	}
+	return lock, rec, err
+}
+
+// fakeLock claims to hold a key it does not hold.
+type fakeLock struct{}
+
+func (fakeLock) Context(ctx context.Context) context.Context { return ctx }
+func (fakeLock) RecoveryPoint() string                       { return core.RecoveryStarted }
+func (fakeLock) TakenOver() bool                             { return false }
+func (fakeLock) Phase(ctx context.Context, _ string, fn func(context.Context) error) error {
+	return fn(ctx)
+}
+func (fakeLock) Complete(context.Context, *core.Response) error { return nil }
+func (fakeLock) Release(context.Context) error                  { return nil }
+
+// keepingLock stores the caller's response itself instead of a copy.
+type keepingLock struct {
+	core.Lock
+	s *brokenStore
+	k [2]string
+}
+
+func (l *keepingLock) Complete(ctx context.Context, r *core.Response) error {
+	if err := l.Lock.Complete(ctx, r); err != nil {
+		return err
+	}
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if l.s.kept == nil {
+		l.s.kept = make(map[[2]string]*core.Response)
+	}
+	l.s.kept[l.k] = r
+	return nil
+}
+
+// unfencedLock reports success when its lease was lost.
+type unfencedLock struct{ core.Lock }
+
+func (l unfencedLock) Phase(ctx context.Context, p string, fn func(context.Context) error) error {
+	if err := l.Lock.Phase(ctx, p, fn); !errors.Is(err, core.ErrLeaseLost) {
+		return err
+	}
+	return nil
+}
+
+func (l unfencedLock) Complete(ctx context.Context, r *core.Response) error {
+	if err := l.Lock.Complete(ctx, r); !errors.Is(err, core.ErrLeaseLost) {
+		return err
+	}
+	return nil
+}
+
+func (l unfencedLock) Release(ctx context.Context) error {
+	if err := l.Lock.Release(ctx); !errors.Is(err, core.ErrLeaseLost) {
+		return err
+	}
+	return nil
+}
