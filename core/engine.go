@@ -369,19 +369,27 @@ func (e *Engine) readBody(r *http.Request) (*bytes.Buffer, error) {
 		return b, fmt.Errorf("%w: Content-Length %d over %d", ErrBodyTooLarge, r.ContentLength, limit)
 	}
 	if r.ContentLength > 0 {
-		b.Grow(int(r.ContentLength) + bytes.MinRead)
+		b.Grow(int(r.ContentLength) + 1) // +1: room to see EOF without growing
 	}
-	_, err := b.ReadFrom(io.LimitReader(r.Body, limit+1))
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe):
-		return b, fmt.Errorf("%w: %w", ErrBodyTooLarge, err)
-	case err != nil:
-		return b, fmt.Errorf("idem: reading the request body: %w", err)
-	case int64(b.Len()) > limit:
-		return b, fmt.Errorf("%w: over %d bytes", ErrBodyTooLarge, limit)
+	for {
+		if b.Available() == 0 {
+			b.Grow(bytes.MinRead)
+		}
+		free := b.AvailableBuffer()[:b.Available()]
+		n, err := r.Body.Read(free)
+		b.Write(free[:n]) // appends in place: free is b's own spare capacity
+		var mbe *http.MaxBytesError
+		switch {
+		case int64(b.Len()) > limit:
+			return b, fmt.Errorf("%w: over %d bytes", ErrBodyTooLarge, limit)
+		case err == io.EOF:
+			return b, nil
+		case errors.As(err, &mbe):
+			return b, fmt.Errorf("%w: %w", ErrBodyTooLarge, err)
+		case err != nil:
+			return b, fmt.Errorf("idem: reading the request body: %w", err)
+		}
 	}
-	return b, nil
 }
 
 func putBody(b *bytes.Buffer) {

@@ -3,7 +3,6 @@ package core
 import (
 	"crypto/sha256"
 	"hash"
-	"mime"
 	"net/http"
 	"net/url"
 	"strings"
@@ -17,7 +16,14 @@ import (
 // byte with the stored one: the same key with a different fingerprint is answered 422.
 type FingerprintFunc func(r *http.Request, body []byte) ([]byte, error)
 
-var sha256Pool = sync.Pool{New: func() any { return sha256.New() }}
+// hasher is the pooled state of one fingerprint computation.
+type hasher struct {
+	h    hash.Hash
+	head []byte // length-prefixed method, path, query and headers
+	body []byte // canonical JSON body
+}
+
+var hasherPool = sync.Pool{New: func() any { return &hasher{h: sha256.New(), head: make([]byte, 0, 256), body: make([]byte, 0, 1024)} }}
 
 // Fingerprint is the default FingerprintFunc: SHA-256 over the method, the URL path, the
 // query (parameters sorted, so their order does not matter) and the body. A JSON body
@@ -41,39 +47,50 @@ func FingerprintWithHeaders(names ...string) FingerprintFunc {
 }
 
 func fingerprint(r *http.Request, body []byte, headers []string) ([]byte, error) {
-	h := sha256Pool.Get().(hash.Hash)
-	defer sha256Pool.Put(h)
-	h.Reset()
-	writeField(h, r.Method)
-	writeField(h, r.URL.Path)
+	st := hasherPool.Get().(*hasher)
+	defer hasherPool.Put(st)
+	st.h.Reset()
+	b := appendField(st.head[:0], r.Method)
+	b = appendField(b, r.URL.Path)
 	if r.URL.RawQuery != "" {
-		writeField(h, canonicalQuery(r.URL.RawQuery))
+		b = appendField(b, canonicalQuery(r.URL.RawQuery))
 	} else {
-		writeField(h, "")
+		b = appendField(b, "")
 	}
 	for _, name := range headers {
-		writeField(h, name)
+		b = appendField(b, name)
 		for _, v := range r.Header[name] {
-			writeField(h, v)
+			b = appendField(b, v)
 		}
 	}
-	h.Write([]byte{0xff}) // end of the head; the body follows
-	if isJSON(r.Header.Get("Content-Type")) && len(body) > 0 {
-		if canon, err := jcs.Transform(body); err == nil {
-			h.Write(canon)
-			return h.Sum(nil), nil
+	b = append(b, 0xff) // end of the head; the body follows
+	st.head = b
+	st.h.Write(b)
+	if len(body) > 0 && isJSON(r.Header["Content-Type"]) {
+		if canon, err := canonicalJSON(st.body[:0], body); err == nil {
+			st.body = canon
+			body = canon
 		}
 	}
-	h.Write(body)
-	return h.Sum(nil), nil
+	st.h.Write(body)
+	if cap(st.body) > maxPooledBody {
+		st.body = nil
+	}
+	return st.h.Sum(make([]byte, 0, sha256.Size)), nil
 }
 
-// writeField writes a length-prefixed field so that no two different requests hash the
-// same sequence of bytes.
-func writeField(h hash.Hash, s string) {
+// canonicalJSON appends the RFC 8785 form of src to dst.
+func canonicalJSON(dst, src []byte) ([]byte, error) {
+	canon, err := jcs.Transform(src)
+	return append(dst, canon...), err
+}
+
+// appendField appends a length-prefixed field, so that no two different requests hash
+// the same sequence of bytes.
+func appendField(b []byte, s string) []byte {
 	n := len(s)
-	h.Write([]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
-	h.Write([]byte(s))
+	b = append(b, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	return append(b, s...)
 }
 
 func canonicalQuery(raw string) string {
@@ -84,16 +101,18 @@ func canonicalQuery(raw string) string {
 	return q.Encode()
 }
 
-func isJSON(contentType string) bool {
-	if contentType == "" {
+// isJSON reports whether the Content-Type is application/json or a +json type, without
+// allocating.
+func isJSON(values []string) bool {
+	if len(values) == 0 {
 		return false
 	}
-	if strings.HasPrefix(contentType, "application/json") && (len(contentType) == 16 || contentType[16] == ';' || contentType[16] == ' ') {
-		return true
+	mt := values[0]
+	if i := strings.IndexByte(mt, ';'); i >= 0 {
+		mt = mt[:i]
 	}
-	mt, _, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		return false
-	}
-	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+	mt = strings.TrimSpace(mt)
+	const appJSON, plusJSON = "application/json", "+json"
+	return strings.EqualFold(mt, appJSON) ||
+		len(mt) > len(plusJSON) && strings.EqualFold(mt[len(mt)-len(plusJSON):], plusJSON) && strings.IndexByte(mt, '/') > 0
 }
