@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem/core"
@@ -46,4 +48,34 @@ func Example() {
 	// Output:
 	// first request claims the key: started
 	// retry gets the record: completed 201 /orders/1 {"id":1}
+}
+
+// With the engine: the first request runs the handler, the retry is replayed.
+func Example_middleware() {
+	eng, err := core.New(core.Config{
+		Store: memstore.New(),
+		Scope: func(r *http.Request) string { return r.Header.Get("X-Account") },
+	})
+	if err != nil {
+		panic(err)
+	}
+	orders := 0
+	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		orders++
+		w.Header().Set("Location", fmt.Sprintf("/orders/%d", orders))
+		w.WriteHeader(http.StatusCreated)
+	}))
+	for range 2 {
+		r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{"amount":10}`))
+		r.Header.Set("X-Account", "account-1")
+		r.Header.Set("Idempotency-Key", "9f1c7a52-order")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Println(w.Code, w.Header().Get("Location"), "replayed:", w.Header().Get("Idempotent-Replayed") == "true")
+	}
+	fmt.Println("orders created:", orders)
+	// Output:
+	// 201 /orders/1 replayed: false
+	// 201 /orders/1 replayed: true
+	// orders created: 1
 }
