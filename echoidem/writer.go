@@ -1,0 +1,40 @@
+package echoidem
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/idemkit/idem/core"
+)
+
+// ErrStreaming is what Flush panics with and Hijack returns on a keyed route: the
+// response is held until the engine has recorded it, so it cannot be streamed or taken
+// over. It wraps http.ErrNotSupported. Serve streaming routes without the middleware.
+var ErrStreaming = fmt.Errorf("echoidem: a keyed response is held until it is recorded; it cannot be flushed, streamed or hijacked: %w", http.ErrNotSupported)
+
+// held is what a keyed handler sees as c.Response(): a fresh echo.Response around the
+// engine's buffer, pooled with it.
+type held struct {
+	resp echo.Response
+	w    heldWriter
+}
+
+var heldPool = sync.Pool{New: func() any { return new(held) }}
+
+// heldWriter is the held response's Writer: the engine's *core.Buffer, refusing to flush
+// or hijack.
+type heldWriter struct{ *core.Buffer }
+
+// Flush panics with ErrStreaming: a held response cannot be sent in parts.
+func (w *heldWriter) Flush() { panic(ErrStreaming) }
+
+// Hijack returns ErrStreaming.
+func (w *heldWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) { return nil, nil, ErrStreaming }
+
+// Unwrap returns the buffer, for http.ResponseController.
+func (w *heldWriter) Unwrap() http.ResponseWriter { return w.Buffer }

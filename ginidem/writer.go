@@ -1,0 +1,78 @@
+package ginidem
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/idemkit/idem/core"
+)
+
+// ErrStreaming is what Flush panics with and Hijack returns on a keyed route: the
+// response is held until the engine has recorded it, so it cannot be streamed or taken
+// over. It wraps http.ErrNotSupported. Serve streaming routes without the middleware.
+var ErrStreaming = fmt.Errorf("ginidem: a keyed response is held until it is recorded; it cannot be flushed, streamed or hijacked: %w", http.ErrNotSupported)
+
+// writer is c.Writer while a keyed handler runs: everything goes to the engine's
+// *core.Buffer. Like gin's own writer, WriteHeader only notes the status until the first
+// write (WriteHeaderNow, Write or WriteString).
+type writer struct {
+	gin.ResponseWriter // the real writer; only CloseNotify reaches it (it writes nothing)
+	buf                *core.Buffer
+	status             int
+}
+
+var _ gin.ResponseWriter = (*writer)(nil)
+
+var writerPool = sync.Pool{New: func() any { return new(writer) }}
+
+func (w *writer) Header() http.Header { return w.buf.Header() }
+
+func (w *writer) WriteHeader(code int) {
+	if code > 0 && !w.Written() {
+		w.status = code
+	}
+}
+
+func (w *writer) WriteHeaderNow() {
+	if !w.Written() {
+		w.buf.WriteHeader(w.status)
+	}
+}
+
+func (w *writer) Write(p []byte) (int, error) {
+	w.WriteHeaderNow()
+	return w.buf.Write(p)
+}
+
+func (w *writer) WriteString(s string) (int, error) {
+	w.WriteHeaderNow()
+	return w.buf.WriteString(s)
+}
+
+func (w *writer) Status() int   { return w.status }
+func (w *writer) Written() bool { return w.buf.Written() }
+
+// Size reports the body bytes written, or -1 before anything was written, as gin does.
+func (w *writer) Size() int {
+	if !w.Written() {
+		return -1
+	}
+	return w.buf.Size()
+}
+
+// Flush panics with ErrStreaming: a held response cannot be sent in parts.
+func (w *writer) Flush() { panic(ErrStreaming) }
+
+// Hijack returns ErrStreaming.
+func (w *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) { return nil, nil, ErrStreaming }
+
+// Pusher returns nil (no server push), as gin does when the connection has none.
+func (w *writer) Pusher() http.Pusher { return nil }
+
+// Unwrap returns the buffer, for http.ResponseController.
+func (w *writer) Unwrap() http.ResponseWriter { return w.buf }
