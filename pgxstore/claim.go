@@ -1,0 +1,256 @@
+package pgxstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem/core"
+)
+
+// claimRow is one row of the claim (or lookup) statement: either the key this statement
+// inserted (claimed) or the row that holds it.
+type claimRow struct {
+	claimed     bool
+	hash        []byte
+	method      *string
+	path        *string
+	state       *string
+	point       *string
+	lockedUntil *time.Time
+	code        *int32
+	headers     []byte
+	body        []byte
+	createdAt   time.Time
+	completedAt *time.Time
+	live        bool // a started key whose lease has not run out
+	expired     bool // created longer ago than the claim's retention
+}
+
+func (r *claimRow) dest() []any {
+	return []any{&r.claimed, &r.hash, &r.method, &r.path, &r.state, &r.point, &r.lockedUntil, &r.code,
+		&r.headers, &r.body, &r.createdAt, &r.completedAt, &r.live, &r.expired}
+}
+
+// record builds the Record the engine answers from.
+func (r *claimRow) record(c core.Claim) (*core.Record, error) {
+	rec := &core.Record{
+		Scope:         c.Scope,
+		Key:           c.Key,
+		Fingerprint:   r.hash,
+		Method:        deref(r.method),
+		Path:          deref(r.path),
+		State:         core.State(deref(r.state)),
+		RecoveryPoint: deref(r.point),
+		CreatedAt:     r.createdAt,
+	}
+	if r.lockedUntil != nil && rec.State == core.StateStarted {
+		rec.LockedUntil = *r.lockedUntil
+	}
+	if r.completedAt != nil {
+		rec.CompletedAt = *r.completedAt
+	}
+	if rec.State == core.StateCompleted {
+		h, err := core.DecodeHeader(r.headers)
+		if err != nil {
+			return nil, fmt.Errorf("pgxstore: key %q: %w", c.Key, err)
+		}
+		status := 0
+		if r.code != nil {
+			status = int(*r.code)
+		}
+		rec.Response = &core.Response{Status: status, Header: h, Body: r.body}
+	}
+	return rec, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// verdict is what a claim does with the row it read.
+type verdict int
+
+const (
+	vClaimed  verdict = iota // the statement inserted the key
+	vRecord                  // answer with the record
+	vReplace                 // past retention and not live: claim it as if absent
+	vTakeover                // started, lease over, same request: take it over
+	vAgain                   // the row changed under the statement: read again
+)
+
+func decide(r *claimRow, found bool, fingerprint []byte) verdict {
+	switch {
+	case !found:
+		// The INSERT met a row its snapshot does not show: a twin that committed while
+		// this claim waited (READ COMMITTED), or a key deleted meanwhile.
+		return vAgain
+	case r.claimed:
+		return vClaimed
+	case r.live:
+		return vRecord
+	case r.expired:
+		return vReplace
+	case deref(r.state) == string(core.StateStarted) && bytes.Equal(r.hash, fingerprint):
+		return vTakeover
+	default:
+		return vRecord
+	}
+}
+
+// result is what settle decided: a claim (fresh or taken over) or a record.
+type result struct {
+	rec       *core.Record
+	point     string
+	takenOver bool
+}
+
+// settle turns the first row of a claim into a result, running the replace, takeover or
+// claim statement again (in tx, or on their own when tx is nil) until the key holds
+// still. Every write is conditional, so of several racers exactly one wins.
+func (s *Store) settle(ctx context.Context, tx pgx.Tx, c core.Claim, tok token, args []any, row *claimRow, found bool) (result, error) {
+	for range maxSettle {
+		switch decide(row, found, c.Fingerprint) {
+		case vClaimed:
+			return result{point: core.RecoveryStarted}, nil
+		case vRecord:
+			rec, err := row.record(c)
+			return result{rec: rec}, err
+		case vReplace:
+			var created time.Time
+			err := s.scan(ctx, tx, c.LockWait, s.q.replace,
+				[]any{c.Scope, c.Key, c.Fingerprint, c.Method, c.Path, tok, c.Lease.Microseconds(), c.Retention.Microseconds()},
+				&created)
+			if err == nil {
+				return result{point: core.RecoveryStarted}, nil
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return result{}, err
+			}
+		case vTakeover:
+			var point string
+			err := s.scan(ctx, tx, c.LockWait, s.q.takeover,
+				[]any{c.Scope, c.Key, c.Fingerprint, tok, c.Lease.Microseconds(), c.Retention.Microseconds()},
+				&point)
+			if err == nil {
+				return result{point: point, takenOver: true}, nil
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return result{}, err
+			}
+		}
+		// Lost a race or met a row that changed: read the key again.
+		*row = claimRow{}
+		err := s.scan(ctx, tx, c.LockWait, s.q.claim, args, row.dest()...)
+		found = err == nil
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return result{}, err
+		}
+	}
+	return result{}, fmt.Errorf("pgxstore: key %q kept changing under the claim: %w", c.Key, core.ErrTransient)
+}
+
+// claimPhased claims with statements that each commit on their own: a fresh key or a
+// replay is one statement.
+func (s *Store) claimPhased(ctx context.Context, c core.Claim) (core.Lock, *core.Record, error) {
+	tok := newToken()
+	args := claimArgs(c, tok, c.LockWait)
+	var row claimRow
+	err := s.scan(ctx, nil, c.LockWait, s.q.claim, args, row.dest()...)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, classify(ctx, "claim", err, true)
+	}
+	res, err := s.settle(ctx, nil, c, tok, args, &row, err == nil)
+	if err != nil {
+		return nil, nil, classify(ctx, "claim", err, true)
+	}
+	if res.rec != nil {
+		return nil, res.rec, nil
+	}
+	l := &phasedLock{s: s, scope: c.Scope, key: c.Key, tok: tok, lease: c.Lease, wait: c.LockWait,
+		point: res.point, takenOver: res.takenOver, progress: res.point != core.RecoveryStarted}
+	l.final = &slot{open: func(ctx context.Context) (pgx.Tx, error) { return s.begin(ctx, holdWait) }}
+	return l, nil, nil
+}
+
+// claimAtomic claims in a transaction that the returned lock keeps open. A serialization
+// failure (a twin committed after this transaction's snapshot, at REPEATABLE READ) starts
+// the claim again, within the lock wait: the new snapshot sees the twin's record.
+func (s *Store) claimAtomic(ctx context.Context, c core.Claim) (core.Lock, *core.Record, error) {
+	if s.lookupFirst {
+		var row claimRow
+		err := s.scan(ctx, nil, c.LockWait, s.q.lookup, []any{c.Scope, c.Key, c.Retention.Microseconds()}, row.dest()...)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return nil, nil, classify(ctx, "look up", err, true)
+		case decide(&row, true, c.Fingerprint) == vRecord:
+			rec, err := row.record(c)
+			return nil, rec, err
+		}
+	}
+	deadline := time.Now().Add(c.LockWait)
+	for attempt := 0; ; attempt++ {
+		lock, rec, err := s.claimAtomicOnce(ctx, c, time.Until(deadline))
+		if err == nil || !errors.Is(err, core.ErrTransient) || attempt+1 >= maxRetries || time.Until(deadline) <= 0 {
+			return lock, rec, err
+		}
+	}
+}
+
+func (s *Store) claimAtomicOnce(ctx context.Context, c core.Claim, wait time.Duration) (core.Lock, *core.Record, error) {
+	tok := newToken()
+	args := claimArgs(c, tok, wait)
+	l := &atomicLock{s: s, scope: c.Scope, key: c.Key, tok: tok}
+	var row claimRow
+	var err error
+	conn, release, fast, err := s.dedicated(ctx, wait)
+	switch {
+	case err != nil:
+		return nil, nil, classify(ctx, "claim", err, true)
+	case fast:
+		// BEGIN and the claim in one round trip.
+		l.conn, l.release = conn, release
+		b := &pgx.Batch{}
+		b.BeginTx(pgx.TxOptions{IsoLevel: s.iso})
+		b.Queue(s.q.claim, args...)
+		br := conn.SendBatch(ctx, b)
+		l.tx = br.Tx()
+		if _, err = br.Exec(); err == nil {
+			err = br.QueryRow().Scan(row.dest()...)
+		}
+		if cerr := br.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) {
+			if cerr != nil {
+				err = cerr
+			}
+		}
+	default:
+		if l.tx, err = s.begin(ctx, wait); err != nil {
+			return nil, nil, classify(ctx, "claim", err, true)
+		}
+		err = l.tx.QueryRow(ctx, s.q.claim, args...).Scan(row.dest()...)
+	}
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		l.abort(ctx)
+		return nil, nil, classify(ctx, "claim", err, true)
+	}
+	res, err := s.settle(ctx, l.tx, c, tok, args, &row, err == nil)
+	if err != nil {
+		l.abort(ctx)
+		return nil, nil, classify(ctx, "claim", err, true)
+	}
+	if res.rec != nil {
+		l.abort(ctx)
+		return nil, res.rec, nil
+	}
+	l.point, l.takenOver = res.point, res.takenOver
+	l.slot = &slot{inner: l.tx}
+	return l, nil, nil
+}

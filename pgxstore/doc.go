@@ -1,0 +1,78 @@
+// Package pgxstore is idem's PostgreSQL store on pgx v5. It keeps idempotency keys in one
+// table (schema.sql, created by Migrate) and shares its transaction with the handler, so
+// the business write, the key and the recorded response commit together or not at all.
+//
+//	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+//	if err != nil { ... }
+//	store := pgxstore.New(pool)
+//	if err := store.Migrate(ctx); err != nil { ... }
+//
+//	eng, err := core.New(core.Config{
+//		Store: store,
+//		Scope: func(r *http.Request) string { return r.Header.Get("X-Account-ID") },
+//	})
+//	if err != nil { ... }
+//	http.Handle("POST /orders", eng.Middleware(http.HandlerFunc(createOrder)))
+//
+//	func createOrder(w http.ResponseWriter, r *http.Request) {
+//		var id int64
+//		err := pgxstore.Tx(r.Context()).QueryRow(r.Context(),
+//			`INSERT INTO orders (amount) VALUES ($1) RETURNING id`, 100).Scan(&id)
+//		if err != nil {
+//			http.Error(w, "could not create the order", http.StatusInternalServerError) // 5xx: rolled back
+//			return
+//		}
+//		w.Header().Set("Location", fmt.Sprintf("/orders/%d", id))
+//		w.WriteHeader(http.StatusCreated) // recorded, committed, then sent
+//	}
+//
+// # Atomic mode (the default)
+//
+// One transaction per keyed request, on one connection:
+//
+//   - BEGIN and the claim go in one round trip. The claim is the transaction's first
+//     write: INSERT … ON CONFLICT DO NOTHING, in a statement that also returns the row
+//     holding the key when there is one (a replay needs no other statement). A twin in
+//     flight makes the INSERT wait for it; the wait is bounded by lock_timeout, set for the
+//     transaction (so the handler's own statements run under it too; SET LOCAL
+//     lock_timeout again if they need longer), and its expiry answers 409.
+//   - The handler writes through Tx(ctx).
+//   - A storable response: the completion UPDATE and COMMIT go in one round trip, before
+//     the response is sent. A failed commit (a deferred constraint, say) is a 503 and
+//     leaves nothing. A 5xx, a panic or a cancelled request rolls back.
+//   - A serialization failure or a deadlock rolls back and answers 503 + Retry-After. At
+//     REPEATABLE READ, a twin that waited for a transaction that committed gets one: the
+//     store retries its claim (nothing of the request has run yet), and it replays.
+//
+// A first request thus costs the handler's statements plus four (BEGIN, claim, completion,
+// COMMIT) in two round trips of the store's own; a replay three (BEGIN, claim,
+// ROLLBACK) in two round trips, or with WithLookupFirst one statement outside a
+// transaction (first requests then pay one more round trip).
+//
+// # Phased mode
+//
+// The claim commits alone with a lease and a fresh fencing token (a random UUID); a replay
+// is that one statement. Each phase commits its own transaction with its recovery point and
+// a renewed lease, checked against the token; after a lease runs out, the next retry with
+// the same request takes the key over (UPDATE … WHERE locked_until <= now() RETURNING: one
+// winner) and the stale worker's phase, completion or release fails with
+// core.ErrLeaseLost. Outside phases, Tx(ctx) begins the request's final transaction on
+// first use (never a second connection while phases run) and Complete commits it with the
+// response.
+//
+// Leases and retention use the database clock (now()), never the application's.
+//
+// # Expiry
+//
+// DeleteExpired (run by core.Sweeper) deletes the oldest keys in ctid batches with FOR
+// UPDATE SKIP LOCKED, never a key whose lease is live; WithSweepByPrimaryKey deletes by
+// primary key for databases without a stable ctid. A key past its retention already
+// counts as absent to Claim.
+//
+// # Portability
+//
+// Every statement on the key table filters on scope (a Citus table distributes by it).
+// lock_timeout (55P03) and statement_timeout (57014) expiries both mean 409; 40001 and
+// 40P01 mean 503 + Retry-After; WithIsolation selects READ COMMITTED (default) or
+// REPEATABLE READ.
+package pgxstore

@@ -1,0 +1,124 @@
+package pgxstore_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/pgxstore"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	closePools()
+	if code == 0 {
+		// testdb keeps its admin pool for the whole run; ours are closed.
+		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+			goleak.IgnoreTopFunction("github.com/jackc/puddle/v2.(*Pool).createIdleResources")); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// poolSize is the size of the pools the tests and benchmarks use.
+const poolSize = 16
+
+var (
+	poolMu sync.Mutex
+	pools  []*pgxpool.Pool
+	shared *pgxpool.Pool
+)
+
+func closePools() {
+	poolMu.Lock()
+	defer poolMu.Unlock()
+	for _, p := range pools {
+		p.Close()
+	}
+	pools, shared = nil, nil
+}
+
+// newPool opens a pool of poolSize connections on the test server, closed at the end of
+// the run, with tracer (if not nil) on every connection.
+func newPool(t testing.TB, tracer pgx.QueryTracer) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testdb.PostgresURL())
+	if err != nil {
+		t.Fatalf("parse %s: %v", testdb.PostgresURL(), err)
+	}
+	cfg.MaxConns = poolSize
+	cfg.ConnConfig.Tracer = tracer
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		err = p.Ping(ctx)
+	}
+	if err != nil {
+		t.Fatalf("PostgreSQL at %s is unreachable (%v); start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start",
+			testdb.PostgresURL(), err)
+	}
+	poolMu.Lock()
+	pools = append(pools, p)
+	poolMu.Unlock()
+	return p
+}
+
+// sharedPool is one pool for the tests that need nothing special: each test keeps its
+// tables in a schema of its own and names them schema-qualified.
+func sharedPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	poolMu.Lock()
+	p := shared
+	poolMu.Unlock()
+	if p != nil {
+		return p
+	}
+	p = newPool(t, nil)
+	poolMu.Lock()
+	defer poolMu.Unlock()
+	if shared == nil {
+		shared = p
+	}
+	return shared
+}
+
+// newStore returns a migrated store on db whose table lives in a fresh schema of the
+// test's, and that schema's name.
+func newStore(t testing.TB, db pgxstore.DB, opts ...pgxstore.Option) (*pgxstore.Store, string) {
+	t.Helper()
+	_, schema := testdb.PostgresSchema(t)
+	store := pgxstore.New(db, append([]pgxstore.Option{pgxstore.WithTable(schema, "idempotency_keys")}, opts...)...)
+	if err := store.Migrate(context.Background()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return store, schema
+}
+
+// exec runs a statement the test needs and fails the test if it fails.
+func exec(t testing.TB, db pgxstore.DB, sql string, args ...any) {
+	t.Helper()
+	if _, err := db.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// count returns the result of a count(*) query.
+func count(t testing.TB, db pgxstore.DB, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}

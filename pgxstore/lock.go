@@ -1,0 +1,315 @@
+package pgxstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemkit/idem/core"
+)
+
+// errEnded is returned by a lock used after Complete or Release.
+var errEnded = errors.New("pgxstore: the lock has ended (completed or released)")
+
+// cleanupTimeout bounds a rollback or release run after the caller's context ended.
+const cleanupTimeout = 10 * time.Second
+
+// cleanup returns a context for statements that must run even when ctx is cancelled
+// (rolling back, giving a key up).
+func cleanup(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+}
+
+// completeArgs are the completion statement's arguments. r is encoded before it returns,
+// so nothing of r is kept.
+func completeArgs(scope, key string, tok token, r *core.Response) []any {
+	return []any{scope, key, tok, int32(r.Status), core.EncodeHeader(r.Header), r.Body}
+}
+
+// atomicLock holds the claim's transaction: the handler writes in it, Complete records
+// the response and commits, Release rolls back.
+type atomicLock struct {
+	s          *Store
+	scope, key string
+	tok        token
+	point      string
+	takenOver  bool
+	tx         pgx.Tx // the claim's transaction
+	slot       *slot  // hands tx to the handler
+	// conn is the connection tx runs on when the store has one to itself (a pool or a
+	// *pgx.Conn): Complete then sends the completion and COMMIT in one round trip.
+	// release gives it back.
+	conn    *pgx.Conn
+	release func()
+	ended   bool
+}
+
+var _ core.Lock = (*atomicLock)(nil)
+
+func (l *atomicLock) Context(ctx context.Context) context.Context {
+	return context.WithValue(ctx, ctxKey{}, l.slot)
+}
+
+func (l *atomicLock) RecoveryPoint() string { return l.point }
+
+func (l *atomicLock) TakenOver() bool { return l.takenOver }
+
+// Phase runs fn in the claim's transaction, under a savepoint opened when fn first asks
+// for the transaction: if fn fails, its writes are rolled back and the rest of the
+// request's are kept. Everything commits with Complete.
+func (l *atomicLock) Phase(ctx context.Context, point string, fn func(ctx context.Context) error) error {
+	if l.ended {
+		return errEnded
+	}
+	sp := &slot{open: func(ctx context.Context) (pgx.Tx, error) { return l.tx.Begin(ctx) }}
+	err := fn(context.WithValue(ctx, ctxKey{}, sp))
+	if tx := sp.take(); tx != nil {
+		if err != nil {
+			cctx, cancel := cleanup(ctx)
+			defer cancel()
+			if rerr := tx.Rollback(cctx); rerr != nil {
+				return errors.Join(err, fmt.Errorf("pgxstore: phase %q: roll back: %w", point, rerr))
+			}
+			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return classify(ctx, "phase "+point, err, false)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	l.point = point
+	return nil
+}
+
+// Complete records r and commits. On a connection of its own, the completion and COMMIT
+// go in one round trip: the row is this transaction's (inserted or locked by the claim),
+// so the update cannot miss it.
+func (l *atomicLock) Complete(ctx context.Context, r *core.Response) error {
+	if l.ended {
+		return errEnded
+	}
+	l.ended = true
+	l.slot.take()
+	args := completeArgs(l.scope, l.key, l.tok, r)
+	if l.conn == nil {
+		return l.completeTx(ctx, args)
+	}
+	defer l.release()
+	b := &pgx.Batch{}
+	b.Queue(l.s.q.complete, args...)
+	b.Queue("commit")
+	br := l.conn.SendBatch(ctx, b)
+	ct, err := br.Exec()
+	var commit pgconn.CommandTag
+	if err == nil {
+		commit, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && commit.String() != "COMMIT" {
+		err = fmt.Errorf("commit answered %q", commit.String())
+	}
+	if err != nil {
+		l.rollbackConn(ctx)
+		return classify(ctx, "complete", err, false)
+	}
+	if ct.RowsAffected() != 1 {
+		// Only the handler itself, writing to the key table in this transaction, can get
+		// here; its writes are committed but no response is recorded.
+		return fmt.Errorf("pgxstore: complete: the key row was changed inside the request's transaction")
+	}
+	return nil
+}
+
+func (l *atomicLock) completeTx(ctx context.Context, args []any) error {
+	ct, err := l.tx.Exec(ctx, l.s.q.complete, args...)
+	if err == nil && ct.RowsAffected() != 1 {
+		err = fmt.Errorf("the key row was changed inside the request's transaction")
+	}
+	if err != nil {
+		l.abort(ctx)
+		return classify(ctx, "complete", err, false)
+	}
+	if err := l.tx.Commit(ctx); err != nil {
+		return classify(ctx, "commit", err, false)
+	}
+	return nil
+}
+
+// rollbackConn rolls back what is left of the transaction after a failed completion
+// batch (an error before COMMIT leaves it aborted; a failed COMMIT already ended it).
+func (l *atomicLock) rollbackConn(ctx context.Context) {
+	if l.conn.IsClosed() || l.conn.PgConn().TxStatus() == 'I' {
+		return
+	}
+	cctx, cancel := cleanup(ctx)
+	defer cancel()
+	_ = l.tx.Rollback(cctx) // on failure pgx closes the connection, and the pool drops it
+}
+
+// Release rolls back: neither the key nor the handler's writes remain. After Complete it
+// does nothing.
+func (l *atomicLock) Release(ctx context.Context) error {
+	if l.ended {
+		return nil
+	}
+	l.ended = true
+	l.slot.take()
+	cctx, cancel := cleanup(ctx)
+	defer cancel()
+	err := l.tx.Rollback(cctx)
+	if l.release != nil {
+		l.release()
+	}
+	if err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		return fmt.Errorf("pgxstore: release: roll back: %w", err)
+	}
+	return nil
+}
+
+// abort ends a claim that will not become a lock (or a failed completion): roll back and
+// give the connection back.
+func (l *atomicLock) abort(ctx context.Context) {
+	l.ended = true
+	if l.tx != nil {
+		cctx, cancel := cleanup(ctx)
+		_ = l.tx.Rollback(cctx)
+		cancel()
+	}
+	if l.release != nil {
+		l.release()
+	}
+}
+
+// phasedLock holds a key whose claim committed with a lease and a fencing token. Phases
+// commit in transactions of their own; the handler's last writes go in the final
+// transaction, opened when the handler first asks for it and committed by Complete with
+// the response. Every write is fenced by the token.
+type phasedLock struct {
+	s          *Store
+	scope, key string
+	tok        token
+	lease      time.Duration
+	wait       time.Duration
+	point      string
+	takenOver  bool
+	progress   bool  // a phase has committed: Release keeps the key and its point
+	final      *slot // the final transaction
+	ended      bool
+}
+
+var _ core.Lock = (*phasedLock)(nil)
+
+func (l *phasedLock) Context(ctx context.Context) context.Context {
+	return context.WithValue(ctx, ctxKey{}, l.final)
+}
+
+func (l *phasedLock) RecoveryPoint() string { return l.point }
+
+func (l *phasedLock) TakenOver() bool { return l.takenOver }
+
+// errFinalOpen: a phase after the handler opened its final transaction would need a
+// second connection (a deadlock with a small pool) and would commit before writes made
+// earlier in the request.
+var errFinalOpen = errors.New("pgxstore: Phase called after the handler opened the request's final transaction " +
+	"(pgxstore.Tx outside a phase); run the phases first")
+
+// Phase runs fn with a transaction of its own (opened when fn first asks for it) and
+// commits it with point as the new recovery point and a renewed lease, fenced by the
+// token: after a takeover nothing commits and Phase returns core.ErrLeaseLost.
+func (l *phasedLock) Phase(ctx context.Context, point string, fn func(ctx context.Context) error) error {
+	if l.ended {
+		return errEnded
+	}
+	if l.final.isOpen() {
+		return errFinalOpen
+	}
+	sp := &slot{open: func(ctx context.Context) (pgx.Tx, error) { return l.s.begin(ctx, holdWait) }}
+	err := fn(context.WithValue(ctx, ctxKey{}, sp))
+	tx := sp.take()
+	if err != nil {
+		if tx != nil {
+			cctx, cancel := cleanup(ctx)
+			defer cancel()
+			if rerr := tx.Rollback(cctx); rerr != nil {
+				return errors.Join(err, fmt.Errorf("pgxstore: phase %q: roll back: %w", point, rerr))
+			}
+		}
+		return err
+	}
+	if err := l.fenced(ctx, tx, "phase "+point, l.s.q.phase, l.scope, l.key, l.tok, point, l.lease.Microseconds()); err != nil {
+		return err
+	}
+	l.point, l.progress = point, true
+	return nil
+}
+
+// fenced runs a write that must find the lock's token, then commits tx (when not nil). A
+// row count of zero means the lease was taken over: tx rolls back, ErrLeaseLost.
+func (l *phasedLock) fenced(ctx context.Context, tx pgx.Tx, op, sql string, args ...any) error {
+	ct, err := l.s.exec(ctx, tx, sql, args...)
+	if err == nil && ct.RowsAffected() == 0 {
+		err = fmt.Errorf("pgxstore: %s: key %q: %w", op, l.key, core.ErrLeaseLost)
+	}
+	if err != nil {
+		if tx != nil {
+			cctx, cancel := cleanup(ctx)
+			defer cancel()
+			_ = tx.Rollback(cctx)
+		}
+		return classify(ctx, op, err, false)
+	}
+	if tx != nil {
+		if err := tx.Commit(ctx); err != nil {
+			return classify(ctx, op+": commit", err, false)
+		}
+	}
+	return nil
+}
+
+// Complete records r, with the final transaction when the handler opened one, fenced by
+// the token. After a failure the lock stays usable for Release.
+func (l *phasedLock) Complete(ctx context.Context, r *core.Response) error {
+	if l.ended {
+		return errEnded
+	}
+	tx := l.final.take()
+	if err := l.fenced(ctx, tx, "complete", l.s.q.complete, completeArgs(l.scope, l.key, l.tok, r)...); err != nil {
+		return err
+	}
+	l.ended = true
+	return nil
+}
+
+// Release rolls back the final transaction, then gives the key up: deleted when no phase
+// has committed, otherwise kept with its recovery point and its lease ended, so the next
+// retry takes over at once. Fenced by the token.
+func (l *phasedLock) Release(ctx context.Context) error {
+	if l.ended {
+		return nil
+	}
+	l.ended = true
+	cctx, cancel := cleanup(ctx)
+	defer cancel()
+	var errs []error
+	if tx := l.final.take(); tx != nil {
+		if err := tx.Rollback(cctx); err != nil {
+			errs = append(errs, fmt.Errorf("pgxstore: release: roll back: %w", err))
+		}
+	}
+	sql := l.s.q.drop
+	if l.progress {
+		sql = l.s.q.unlease
+	}
+	if err := l.fenced(cctx, nil, "release", sql, l.scope, l.key, l.tok); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

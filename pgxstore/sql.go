@@ -1,0 +1,143 @@
+package pgxstore
+
+import (
+	_ "embed"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+//go:embed schema.sql
+var schemaSQL string
+
+// Names used in schema.sql, replaced by the configured ones.
+const (
+	defaultTable = "idempotency_keys"
+	defaultIndex = "idempotency_keys_created_at_idx"
+)
+
+// migrateLock is the advisory lock Migrate holds, so that instances starting together do
+// not race on CREATE TABLE IF NOT EXISTS (which can fail on the catalog's unique index).
+const migrateLock = 0x69_64_65_6d_6b_69_74 // "idemkit"
+
+// SQL fragments shared by the statements. Every time comparison uses the database clock.
+const (
+	// live is true for a started key whose lease has not run out.
+	liveExpr = `(state = 'started' AND locked_until IS NOT NULL AND locked_until > now())`
+	// recordCols are what a Record is built from (see claimRow.dest).
+	recordCols = `request_hash, method, path, state, recovery_point, locked_until, response_code,
+		response_headers, response_body, created_at, completed_at`
+)
+
+// queries holds the statements of one store, with its table name quoted in.
+type queries struct {
+	schema   string // the DDL of schema.sql
+	migrate  string // schema under an advisory lock
+	claim    string
+	lookup   string
+	replace  string
+	takeover string
+	phase    string
+	complete string
+	drop     string // release a key no phase committed
+	unlease  string // release a key some phase committed
+	sweep    string // DeleteExpired by ctid
+	sweepPK  string // DeleteExpired by primary key
+}
+
+func newQueries(table pgx.Identifier) queries {
+	t := table.Sanitize()
+	index := pgx.Identifier{table[len(table)-1] + "_created_at_idx"}.Sanitize()
+	schema := strings.NewReplacer(defaultIndex, index, defaultTable, t).Replace(schemaSQL)
+
+	// expired is true for a key created longer ago than the retention ($n microseconds;
+	// zero or less keeps keys for ever).
+	expired := func(n int) string {
+		return fmt.Sprintf(`($%[1]d::bigint > 0 AND created_at <= now() - $%[1]d::bigint * interval '1 microsecond')`, n)
+	}
+
+	return queries{
+		schema:  schema,
+		migrate: fmt.Sprintf("SELECT pg_advisory_xact_lock(%d);\n%s", migrateLock, schema),
+
+		// The claim: the first write of the request. The INSERT either creates the key or,
+		// when a committed row holds it, does nothing and the second branch returns that
+		// row with what the store needs to decide (live lease, past retention), so a replay
+		// is this one statement. A twin transaction in flight makes the INSERT wait for it;
+		// set_config bounds that wait (lock_timeout, 55P03). It sits in the INSERT's WHERE
+		// so it runs before the row is inserted, and is local to the transaction.
+		//
+		// $1 scope, $2 key, $3 fingerprint, $4 method, $5 path, $6 lease token,
+		// $7 lease (µs), $8 lock_timeout (ms), $9 retention (µs).
+		claim: fmt.Sprintf(`WITH ins AS (
+	INSERT INTO %[1]s (scope, idem_key, request_hash, method, path, state, recovery_point,
+		locked_until, lease_token, created_at)
+	SELECT $1::text, $2::text, $3::bytea, $4::text, $5::text, 'started', 'started',
+		now() + $7::bigint * interval '1 microsecond', $6::uuid, now()
+	WHERE set_config('lock_timeout', $8::text, true) IS NOT NULL
+	ON CONFLICT (scope, idem_key) DO NOTHING
+	RETURNING created_at
+)
+SELECT true, NULL::bytea, NULL::text, NULL::text, NULL::text, NULL::text, NULL::timestamptz,
+	NULL::integer, NULL::bytea, NULL::bytea, created_at, NULL::timestamptz, false, false
+FROM ins
+UNION ALL
+SELECT false, %[2]s, %[3]s, %[4]s
+FROM %[1]s
+WHERE scope = $1 AND idem_key = $2 AND NOT EXISTS (SELECT 1 FROM ins)`, t, recordCols, liveExpr, expired(9)),
+
+		// lookup reads a key without claiming it. $1 scope, $2 key, $3 retention (µs).
+		lookup: fmt.Sprintf(`SELECT false, %[2]s, %[3]s, %[4]s FROM %[1]s WHERE scope = $1 AND idem_key = $2`,
+			t, recordCols, liveExpr, expired(3)),
+
+		// replace claims a key past retention whose lease is not live, as if it were
+		// absent. Conditional, so of several racers exactly one wins.
+		// $1 scope, $2 key, $3 fingerprint, $4 method, $5 path, $6 token, $7 lease (µs),
+		// $8 retention (µs).
+		replace: fmt.Sprintf(`UPDATE %[1]s SET request_hash = $3, method = $4, path = $5, state = 'started',
+	recovery_point = 'started', locked_until = now() + $7::bigint * interval '1 microsecond',
+	lease_token = $6::uuid, response_code = NULL, response_headers = NULL, response_body = NULL,
+	created_at = now(), completed_at = NULL
+WHERE scope = $1 AND idem_key = $2 AND %[2]s AND NOT %[3]s
+RETURNING created_at`, t, expired(8), liveExpr),
+
+		// takeover claims a started key whose lease ran out, for the same request, with a
+		// fresh token; it keeps the recovery point. Exactly one racer wins.
+		// $1 scope, $2 key, $3 fingerprint, $4 token, $5 lease (µs), $6 retention (µs).
+		takeover: fmt.Sprintf(`UPDATE %[1]s SET lease_token = $4::uuid,
+	locked_until = now() + $5::bigint * interval '1 microsecond'
+WHERE scope = $1 AND idem_key = $2 AND state = 'started' AND request_hash = $3
+	AND (locked_until IS NULL OR locked_until <= now()) AND NOT %[2]s
+RETURNING recovery_point`, t, expired(6)),
+
+		// phase records a recovery point and renews the lease, fenced by the token.
+		// $1 scope, $2 key, $3 token, $4 point, $5 lease (µs).
+		phase: fmt.Sprintf(`UPDATE %s SET recovery_point = $4,
+	locked_until = statement_timestamp() + $5::bigint * interval '1 microsecond'
+WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'started'`, t),
+
+		// complete records the response, fenced by the token.
+		// $1 scope, $2 key, $3 token, $4 status, $5 headers, $6 body.
+		complete: fmt.Sprintf(`UPDATE %s SET state = 'completed', response_code = $4, response_headers = $5,
+	response_body = $6, completed_at = statement_timestamp(), locked_until = NULL, lease_token = NULL
+WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'started'`, t),
+
+		// $1 scope, $2 key, $3 token.
+		drop: fmt.Sprintf(`DELETE FROM %s
+WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'started'`, t),
+		unlease: fmt.Sprintf(`UPDATE %s SET locked_until = NULL, lease_token = NULL
+WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'started'`, t),
+
+		// DeleteExpired: the oldest keys created before $1, at most $2, skipping live
+		// leases and rows another transaction holds. PostgreSQL deletes them by ctid (a
+		// TID scan); the primary-key form is for engines without a stable ctid.
+		sweep: fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid = ANY(ARRAY(
+	SELECT ctid FROM %[1]s WHERE created_at < $1 AND NOT %[2]s
+	ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))`, t, liveExpr),
+		sweepPK: fmt.Sprintf(`DELETE FROM %[1]s AS k USING (
+	SELECT scope, idem_key FROM %[1]s WHERE created_at < $1 AND NOT %[2]s
+	ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED) AS d
+WHERE k.scope = d.scope AND k.idem_key = d.idem_key`, t, liveExpr),
+	}
+}

@@ -1,0 +1,342 @@
+package pgxstore
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/core"
+)
+
+// DB is what the store needs of the database: *pgxpool.Pool satisfies it (use that in
+// production), and so do *pgx.Conn and pgx.Tx.
+//
+// With a *pgxpool.Pool an atomic claim sends BEGIN and the claim in one round trip and the
+// completion and COMMIT in another. A *pgx.Conn is one connection: the store lets one
+// transaction use it at a time (others wait up to their lock wait, then get
+// core.ErrInProgress), which suits tests and command-line tools. With a pgx.Tx every claim
+// is a savepoint in your transaction and commits only when you commit it; a twin in the
+// same transaction is not held off, so use it for code that handles one request at a time.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+var (
+	_ DB = (*pgxpool.Pool)(nil)
+	_ DB = (*pgx.Conn)(nil)
+	_ DB = (pgx.Tx)(nil)
+)
+
+// Defaults of the options.
+const (
+	// DefaultTable is the table the store uses unless WithTable names another.
+	DefaultTable = defaultTable
+	// DefaultLockWait bounds an atomic claim's wait for a twin when neither the claim
+	// nor WithLockWait sets it.
+	DefaultLockWait = 2 * time.Second
+	// defaultLease is the lease of a claim that sets none.
+	defaultLease = 60 * time.Second
+	// maxSettle bounds how often one claim re-reads a key that changed under it.
+	maxSettle = 8
+	// maxRetries bounds how often an atomic claim starts again after a serialization
+	// failure (a twin committed after its snapshot) before returning core.ErrTransient.
+	maxRetries = 3
+)
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithTable sets the key table: WithTable("idem_keys") or, schema-qualified,
+// WithTable("billing", "idem_keys"). Each part is quoted as an identifier. Default:
+// "idempotency_keys" (unqualified, so it follows the connection's search_path).
+func WithTable(name ...string) Option {
+	if len(name) == 0 {
+		panic("pgxstore: WithTable needs a table name")
+	}
+	for _, n := range name {
+		if n == "" {
+			panic("pgxstore: WithTable: empty name part")
+		}
+	}
+	return func(s *Store) { s.table = append(pgx.Identifier(nil), name...) }
+}
+
+// WithLockWait sets how long an atomic claim waits for a twin transaction in flight when
+// the claim itself (core.Claim.LockWait, the engine's Config.LockWait) sets no wait.
+// Default: DefaultLockWait (2s).
+func WithLockWait(d time.Duration) Option {
+	if d <= 0 {
+		panic("pgxstore: WithLockWait needs a positive duration")
+	}
+	return func(s *Store) { s.lockWait = d }
+}
+
+// WithIsolation sets the isolation level of the store's transactions (the atomic claim
+// and the handler's writes, phases, the phased final transaction). Default:
+// pgx.ReadCommitted. At pgx.RepeatableRead (the default of distributed PostgreSQL-like
+// databases) a twin that waited for a transaction that then committed gets a
+// serialization failure: the store starts its claim again, which then replays.
+func WithIsolation(level pgx.TxIsoLevel) Option {
+	switch level {
+	case pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable:
+	default:
+		panic(fmt.Sprintf("pgxstore: WithIsolation: unsupported level %q", level))
+	}
+	return func(s *Store) { s.iso = level }
+}
+
+// WithLookupFirst makes atomic claims read the key outside a transaction first: a
+// completed key is then replayed with that one statement, and only an unknown key opens a
+// transaction. It costs every first request one more round trip, so it pays off only
+// where most requests are retries. Default: off (the claim itself reads the key, in the
+// same round trip as BEGIN).
+func WithLookupFirst() Option { return func(s *Store) { s.lookupFirst = true } }
+
+// WithSweepByPrimaryKey makes DeleteExpired delete by primary key instead of by ctid, for
+// databases without a stable ctid (Citus, CockroachDB, YugabyteDB). Default: by ctid.
+func WithSweepByPrimaryKey() Option { return func(s *Store) { s.sweepPK = true } }
+
+// Store keeps idempotency keys in PostgreSQL through pgx v5. It implements core.Store in
+// both modes. Create it with New; it is safe for concurrent use.
+type Store struct {
+	db          DB
+	table       pgx.Identifier
+	lockWait    time.Duration
+	iso         pgx.TxIsoLevel
+	lookupFirst bool
+	sweepPK     bool
+	q           queries
+	// sem serialises use of a DB that is one connection (*pgx.Conn, pgx.Tx); nil for a
+	// pool.
+	sem chan struct{}
+}
+
+var _ core.Store = (*Store)(nil)
+
+// New returns a Store on db. It panics if db is nil. Create the table with Migrate (or
+// by hand from the DDL in schema.sql / the README).
+func New(db DB, opts ...Option) *Store {
+	if db == nil {
+		panic("pgxstore: New needs a DB (a *pgxpool.Pool, *pgx.Conn or pgx.Tx)")
+	}
+	s := &Store{db: db, table: pgx.Identifier{defaultTable}, lockWait: DefaultLockWait, iso: pgx.ReadCommitted}
+	for _, o := range opts {
+		o(s)
+	}
+	switch db.(type) {
+	case *pgx.Conn, pgx.Tx:
+		s.sem = make(chan struct{}, 1)
+	}
+	s.q = newQueries(s.table)
+	return s
+}
+
+// Schema returns the DDL of the store's table (schema.sql with the configured table name),
+// for migration tools that keep their own files.
+func (s *Store) Schema() string { return s.q.schema }
+
+// Migrate creates the table and its index if they do not exist. It is idempotent, safe
+// to run from several instances at once (it holds an advisory lock), and leaves a table
+// made by hand from the same DDL untouched.
+func (s *Store) Migrate(ctx context.Context) error {
+	if _, err := s.exec(ctx, nil, s.q.migrate); err != nil {
+		return fmt.Errorf("pgxstore: migrate %s: %w", s.table.Sanitize(), err)
+	}
+	return nil
+}
+
+// SupportsAtomic reports true: the store shares its transaction with the handler.
+func (s *Store) SupportsAtomic() bool { return true }
+
+// DeleteExpired deletes at most limit keys created before before, oldest first, and never
+// one whose lease is live or that another transaction holds (SKIP LOCKED). One statement,
+// by ctid (or by primary key with WithSweepByPrimaryKey).
+func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	q := s.q.sweep
+	if s.sweepPK {
+		q = s.q.sweepPK
+	}
+	ct, err := s.exec(ctx, nil, q, before, limit)
+	if err != nil {
+		return 0, classify(ctx, "delete expired keys", err, false)
+	}
+	return int(ct.RowsAffected()), nil
+}
+
+// Claim claims c.Key in c.Scope, or reports the record that holds it; see core.Store.
+func (s *Store) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Record, error) {
+	if c.LockWait <= 0 {
+		c.LockWait = s.lockWait
+	}
+	if c.Lease <= 0 {
+		c.Lease = defaultLease
+	}
+	switch c.Mode {
+	case core.ModeAtomic, core.ModeDefault:
+		return s.claimAtomic(ctx, c)
+	case core.ModePhased:
+		return s.claimPhased(ctx, c)
+	default:
+		return nil, nil, fmt.Errorf("pgxstore: mode %v: %w", c.Mode, core.ErrUnsupportedMode)
+	}
+}
+
+// token is a lease token: a random (version 4) UUID.
+type token [16]byte
+
+func newToken() token {
+	var t token
+	_, _ = rand.Read(t[:]) // never fails (crypto/rand)
+	t[6] = t[6]&0x0f | 0x40
+	t[8] = t[8]&0x3f | 0x80
+	return t
+}
+
+// claimArgs are the claim statement's arguments.
+func claimArgs(c core.Claim, tok token, wait time.Duration) []any {
+	ms := max(wait.Milliseconds(), 1)
+	return []any{c.Scope, c.Key, c.Fingerprint, c.Method, c.Path, tok,
+		c.Lease.Microseconds(), strconv.FormatInt(ms, 10), c.Retention.Microseconds()}
+}
+
+// hold takes the connection of a single-connection DB, waiting up to wait (then
+// ErrInProgress: another request is using it). For a pool it does nothing.
+func (s *Store) hold(ctx context.Context, wait time.Duration) (release func(), err error) {
+	if s.sem == nil {
+		return func() {}, nil
+	}
+	select {
+	case s.sem <- struct{}{}:
+		return s.unhold, nil
+	default:
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case s.sem <- struct{}{}:
+		return s.unhold, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.C:
+		return nil, fmt.Errorf("pgxstore: the store's single connection stayed busy for %v: %w", wait, core.ErrInProgress)
+	}
+}
+
+func (s *Store) unhold() { <-s.sem }
+
+// holdWait is how long statements outside a claim wait for a single connection.
+const holdWait = time.Minute
+
+// exec runs one statement, in tx or (tx nil) on its own.
+func (s *Store) exec(ctx context.Context, tx pgx.Tx, sql string, args ...any) (pgconn.CommandTag, error) {
+	if tx != nil {
+		return tx.Exec(ctx, sql, args...)
+	}
+	release, err := s.hold(ctx, holdWait)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	defer release()
+	return s.db.Exec(ctx, sql, args...)
+}
+
+// scan runs a one-row query, in tx or (tx nil) on its own, and scans it into dest.
+func (s *Store) scan(ctx context.Context, tx pgx.Tx, wait time.Duration, sql string, args []any, dest ...any) error {
+	if tx != nil {
+		return tx.QueryRow(ctx, sql, args...).Scan(dest...)
+	}
+	release, err := s.hold(ctx, wait)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return s.db.QueryRow(ctx, sql, args...).Scan(dest...)
+}
+
+// beginner is the BeginTx of *pgxpool.Pool and *pgx.Conn.
+type beginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// begin opens a transaction at the store's isolation level (a savepoint when the DB is a
+// pgx.Tx). On a single-connection DB the transaction holds the connection until it ends.
+func (s *Store) begin(ctx context.Context, wait time.Duration) (pgx.Tx, error) {
+	release, err := s.hold(ctx, wait)
+	if err != nil {
+		return nil, err
+	}
+	var tx pgx.Tx
+	if b, ok := s.db.(beginner); ok {
+		tx, err = b.BeginTx(ctx, pgx.TxOptions{IsoLevel: s.iso})
+	} else {
+		tx, err = s.db.Begin(ctx)
+	}
+	if err != nil {
+		release()
+		return nil, err
+	}
+	if s.sem == nil {
+		return tx, nil
+	}
+	return &heldTx{Tx: tx, release: release}, nil
+}
+
+// heldTx gives the single connection back when its transaction ends.
+type heldTx struct {
+	pgx.Tx
+	release func()
+	done    bool
+}
+
+func (t *heldTx) Commit(ctx context.Context) error {
+	err := t.Tx.Commit(ctx)
+	t.end()
+	return err
+}
+
+func (t *heldTx) Rollback(ctx context.Context) error {
+	err := t.Tx.Rollback(ctx)
+	t.end()
+	return err
+}
+
+func (t *heldTx) end() {
+	if !t.done {
+		t.done = true
+		t.release()
+	}
+}
+
+// acquirer is the Acquire of *pgxpool.Pool.
+type acquirer interface {
+	Acquire(ctx context.Context) (*pgxpool.Conn, error)
+}
+
+// dedicated returns a connection the caller has to itself until release, when the DB
+// offers one (a pool, or a single *pgx.Conn); ok is false otherwise (a pgx.Tx, or another
+// DB), and the caller goes through Begin.
+func (s *Store) dedicated(ctx context.Context, wait time.Duration) (conn *pgx.Conn, release func(), ok bool, err error) {
+	switch db := s.db.(type) {
+	case acquirer:
+		pc, err := db.Acquire(ctx)
+		if err != nil {
+			return nil, nil, true, err
+		}
+		return pc.Conn(), pc.Release, true, nil
+	case *pgx.Conn:
+		release, err := s.hold(ctx, wait)
+		return db, release, true, err
+	}
+	return nil, nil, false, nil
+}
