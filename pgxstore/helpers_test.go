@@ -48,15 +48,15 @@ func closePools() {
 	pools, shared = nil, nil
 }
 
-// newPool opens a pool of poolSize connections on the test server, closed at the end of
-// the run, with tracer (if not nil) on every connection.
-func newPool(t testing.TB, tracer pgx.QueryTracer) *pgxpool.Pool {
+// newPool opens a pool of size connections on the test server, closed at the end of the
+// run, with tracer (if not nil) on every connection.
+func newPool(t testing.TB, size int32, tracer pgx.QueryTracer) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(testdb.PostgresURL())
 	if err != nil {
 		t.Fatalf("parse %s: %v", testdb.PostgresURL(), err)
 	}
-	cfg.MaxConns = poolSize
+	cfg.MaxConns = size
 	cfg.ConnConfig.Tracer = tracer
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -84,7 +84,7 @@ func sharedPool(t testing.TB) *pgxpool.Pool {
 	if p != nil {
 		return p
 	}
-	p = newPool(t, nil)
+	p = newPool(t, poolSize, nil)
 	poolMu.Lock()
 	defer poolMu.Unlock()
 	if shared == nil {
