@@ -1,0 +1,257 @@
+package gormstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"gorm.io/gorm"
+
+	"github.com/idemkit/idem/core"
+)
+
+// dialect is the database behind the *gorm.DB, from its Dialector's name.
+type dialect int
+
+const (
+	postgres dialect = iota + 1
+	mariadb          // MySQL or MariaDB, InnoDB
+	sqlite
+)
+
+func dialectOf(name string) (dialect, error) {
+	switch name {
+	case "postgres":
+		return postgres, nil
+	case "mysql":
+		return mariadb, nil
+	case "sqlite":
+		return sqlite, nil
+	}
+	return 0, fmt.Errorf("gormstore: dialect %q is not supported (postgres, mysql and sqlite are)", name)
+}
+
+// wallLayout is how times travel to and from MySQL DATETIME(6) and SQLite columns:
+// UTC, fixed width, so that SQLite's text comparisons order them correctly and MySQL
+// needs no time zone.
+const wallLayout = "2006-01-02 15:04:05.000000"
+
+// The clock. PostgreSQL and MySQL/MariaDB use the database's clock
+// (statement_timestamp(), UTC_TIMESTAMP(6)), so leases mean the same thing to every
+// instance of the application. SQLite runs inside the application's process, so its
+// clock is the application's: the store passes time.Now() as a parameter.
+
+// clock returns the application's time for SQLite statements (unused elsewhere).
+func (s *Store) clock() time.Time {
+	if s.dialect != sqlite {
+		return time.Time{}
+	}
+	return time.Now().UTC().Truncate(time.Microsecond)
+}
+
+// nowSQL is the SQL for "now", and its argument when it takes one.
+func (s *Store) nowSQL(now time.Time) (string, []any) {
+	switch s.dialect {
+	case postgres:
+		return "statement_timestamp()", nil
+	case mariadb:
+		return "UTC_TIMESTAMP(6)", nil
+	default:
+		return "?", []any{now.Format(wallLayout)}
+	}
+}
+
+// plusSQL is the SQL for "now + d", and its arguments.
+func (s *Store) plusSQL(now time.Time, d time.Duration) (string, []any) {
+	switch s.dialect {
+	case postgres:
+		return "statement_timestamp() + CAST(? AS bigint) * INTERVAL '1 microsecond'", []any{d.Microseconds()}
+	case mariadb:
+		return "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND", []any{d.Microseconds()}
+	default:
+		return "?", []any{now.Add(d).Format(wallLayout)}
+	}
+}
+
+// timeArg is t as a statement argument.
+func (s *Store) timeArg(t time.Time) any {
+	if s.dialect == postgres {
+		return t
+	}
+	return t.UTC().Format(wallLayout)
+}
+
+// timeScanner reads a timestamp column as UTC. MySQL DATETIME and SQLite hold wall
+// clock UTC times: the driver may hand them back as text, or as a time.Time in whatever
+// location its DSN names, so the wall clock is what counts (wall). PostgreSQL's
+// timestamptz is an instant.
+type timeScanner struct {
+	t    *time.Time
+	wall bool
+}
+
+func (ts timeScanner) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*ts.t = time.Time{}
+	case time.Time:
+		if ts.wall {
+			v = time.Date(v.Year(), v.Month(), v.Day(), v.Hour(), v.Minute(), v.Second(), v.Nanosecond(), time.UTC)
+		}
+		*ts.t = v.UTC()
+	case []byte:
+		return ts.parse(string(v))
+	case string:
+		return ts.parse(v)
+	default:
+		return fmt.Errorf("gormstore: cannot read %T as a time", src)
+	}
+	return nil
+}
+
+func (ts timeScanner) parse(s string) error {
+	for _, layout := range []string{"2006-01-02 15:04:05.999999999", "2006-01-02 15:04:05.999999999Z07:00", time.RFC3339Nano} {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			*ts.t = t.UTC()
+			return nil
+		}
+	}
+	return fmt.Errorf("gormstore: cannot read %q as a time", s)
+}
+
+// setLockWait bounds how long the statements of a claim transaction wait for a row (or, on
+// SQLite, the database) held by another transaction. It returns restore, which puts the
+// connection's own setting back:
+//
+//   - PostgreSQL: set_config('lock_timeout', …, true), that is SET LOCAL: it ends with the
+//     transaction anyway; restore only matters when the transaction goes on to the handler.
+//   - MySQL/MariaDB: innodb_lock_wait_timeout exists per session only, in whole seconds
+//     (rounded up, at least 1). The connection goes back to the pool after the transaction,
+//     so restore must run before it ends.
+//   - SQLite: busy_timeout is per connection, in milliseconds; same as MySQL.
+func (s *Store) setLockWait(ctx context.Context, tx *gorm.DB, wait time.Duration) (restore func() error, err error) {
+	db := tx.WithContext(ctx)
+	switch s.dialect {
+	case postgres:
+		ms := (wait + time.Millisecond - 1) / time.Millisecond
+		var prev, set string
+		if err := scanOne(db.Raw("SELECT current_setting('lock_timeout'), set_config('lock_timeout', ?, true)",
+			fmt.Sprintf("%dms", max(ms, 1))), &prev, &set); err != nil {
+			return nil, err
+		}
+		return func() error {
+			return db.Exec("SELECT set_config('lock_timeout', ?, true)", prev).Error
+		}, nil
+	case mariadb:
+		secs := max((wait+time.Second-1)/time.Second, 1)
+		if err := db.Exec(fmt.Sprintf("SET @idem_lock_wait = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = %d", secs)).Error; err != nil {
+			return nil, err
+		}
+		return func() error {
+			return db.Exec("SET SESSION innodb_lock_wait_timeout = @idem_lock_wait").Error
+		}, nil
+	default:
+		var prev int64
+		if err := scanOne(db.Raw("PRAGMA busy_timeout"), &prev); err != nil {
+			return nil, err
+		}
+		ms := max((wait+time.Millisecond-1)/time.Millisecond, 1)
+		if err := db.Exec(fmt.Sprintf("PRAGMA busy_timeout = %d", ms)).Error; err != nil {
+			return nil, err
+		}
+		return func() error {
+			return db.Exec(fmt.Sprintf("PRAGMA busy_timeout = %d", prev)).Error
+		}, nil
+	}
+}
+
+// scanOne runs a query expected to return one row and scans it.
+func scanOne(q *gorm.DB, dest ...any) error {
+	rows, err := q.Rows()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return sql.ErrNoRows
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	return rows.Close()
+}
+
+// errKind sorts database errors into what the engine answers.
+type errKind int
+
+const (
+	kindOther     errKind = iota
+	kindBusy              // a lock wait ran out: ErrInProgress (409)
+	kindTransient         // serialization failure or deadlock: ErrTransient (503)
+)
+
+// classify reads the driver's error without importing more drivers than needed:
+// pgconn.PgError has SQLState(), the SQLite driver's error has Code().
+func classify(err error) errKind {
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		switch pg.SQLState() {
+		case "55P03", "57014": // lock_not_available (lock_timeout), query_canceled (statement_timeout)
+			return kindBusy
+		case "40001", "40P01": // serialization_failure, deadlock_detected
+			return kindTransient
+		}
+		return kindOther
+	}
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		switch my.Number {
+		case 1205: // ER_LOCK_WAIT_TIMEOUT
+			return kindBusy
+		case 1213: // ER_LOCK_DEADLOCK
+			return kindTransient
+		}
+		return kindOther
+	}
+	var lite interface{ Code() int }
+	if errors.As(err, &lite) {
+		switch lite.Code() & 0xff {
+		case 5, 6: // SQLITE_BUSY, SQLITE_LOCKED
+			return kindBusy
+		}
+		return kindOther
+	}
+	if msg := err.Error(); strings.Contains(msg, "database is locked") || strings.Contains(msg, "database table is locked") {
+		return kindBusy
+	}
+	return kindOther
+}
+
+// wrap adds the operation's name and, for errors the engine answers specially, the
+// sentinel: errors.Is finds both the sentinel and the driver's error. An error caused by
+// the caller's context ending is never reported as a lock wait.
+func wrap(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		if errors.Is(err, ctxErr) {
+			return fmt.Errorf("gormstore: %s: %w", op, err)
+		}
+		return fmt.Errorf("gormstore: %s: %w: %w", op, ctxErr, err)
+	}
+	switch classify(err) {
+	case kindBusy:
+		return fmt.Errorf("gormstore: %s: %w: %w", op, core.ErrInProgress, err)
+	case kindTransient:
+		return fmt.Errorf("gormstore: %s: %w: %w", op, core.ErrTransient, err)
+	}
+	return fmt.Errorf("gormstore: %s: %w", op, err)
+}

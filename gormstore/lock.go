@@ -1,0 +1,230 @@
+package gormstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/idemkit/idem/core"
+)
+
+// releaseTimeout bounds the statements of a phased Release, which runs even when the
+// request's context has ended.
+const releaseTimeout = 5 * time.Second
+
+// lock is a claimed key: core.Lock for both modes.
+type lock struct {
+	s          *Store
+	mode       core.Mode
+	scope, key string
+	token      any // see Store.newToken
+	lease      time.Duration
+	initial    string // recovery point when the lock was obtained
+	point      string // recovery point now
+	progress   bool   // a phase has committed, in this attempt or an earlier one
+	takenOver  bool
+	tx         *gorm.DB // atomic: the claim's transaction
+	held       *holder  // what Context hands the handler; phased: opened on first use
+	ended      bool
+	inPhase    bool
+}
+
+var _ core.Lock = (*lock)(nil)
+
+// Context implements core.Lock.Context: ctx carrying the transaction DB returns. In
+// atomic mode it is the claim's; in phased mode it opens on the first DB call, bound to
+// this ctx, and commits in Complete with the response.
+func (l *lock) Context(ctx context.Context) context.Context {
+	switch {
+	case l.held != nil:
+	case l.ended:
+		return context.WithValue(ctx, ctxKey{}, &holder{base: l.s.db, err: errEnded})
+	default:
+		l.held = &holder{base: l.s.db, open: func() (*gorm.DB, error) { return l.open(ctx, "open transaction") }}
+	}
+	return context.WithValue(ctx, ctxKey{}, l.held)
+}
+
+// RecoveryPoint implements core.Lock.RecoveryPoint.
+func (l *lock) RecoveryPoint() string { return l.initial }
+
+// TakenOver implements core.Lock.TakenOver.
+func (l *lock) TakenOver() bool { return l.takenOver }
+
+// open begins a phased-mode transaction. On SQLite its first statement writes, fenced
+// by the token: the transaction takes the write lock at once (waiting up to
+// busy_timeout) instead of upgrading from a read later, which SQLite refuses without
+// waiting, and a lease already lost shows up before any work is done.
+func (l *lock) open(ctx context.Context, op string) (*gorm.DB, error) {
+	tx, err := l.s.begin(ctx)
+	if err != nil {
+		return nil, wrap(ctx, op, err)
+	}
+	if l.s.dialect == sqlite {
+		res := tx.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET lease_token = lease_token WHERE scope = ? AND idem_key = ? AND lease_token = ?",
+			l.scope, l.key, l.token)
+		if err := fenced(ctx, op, res); err != nil {
+			tx.Rollback()
+			return nil, err
+		}
+	}
+	return tx, nil
+}
+
+// fenced checks a statement fenced by the lease token: an error, or ErrLeaseLost when it
+// matched no row.
+func fenced(ctx context.Context, op string, res *gorm.DB) error {
+	switch {
+	case res.Error != nil:
+		return wrap(ctx, op, res.Error)
+	case res.RowsAffected != 1:
+		return fmt.Errorf("gormstore: %s: %w", op, core.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Phase implements core.Lock.Phase. In phased mode fn's transaction opens on its first
+// DB call (or is the request's transaction, if the handler opened that before the
+// phase); if fn never uses it, the new recovery point commits on its own.
+func (l *lock) Phase(ctx context.Context, point string, fn func(ctx context.Context) error) (err error) {
+	switch {
+	case l.ended:
+		return fmt.Errorf("gormstore: phase %q: %w", point, errEnded)
+	case l.inPhase:
+		return fmt.Errorf("gormstore: phase %q: phases do not nest", point)
+	}
+	l.inPhase = true
+	defer func() { l.inPhase = false }()
+
+	if l.mode == core.ModeAtomic {
+		if err := fn(context.WithValue(ctx, ctxKey{}, l.held)); err != nil {
+			return err
+		}
+		l.point = point // recorded by Complete, in the same transaction
+		return nil
+	}
+
+	h := &holder{base: l.s.db, open: func() (*gorm.DB, error) { return l.open(ctx, "phase "+point) }}
+	if l.held != nil {
+		h.tx = l.held.take()
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			if tx := h.end(); tx != nil {
+				tx.Rollback()
+			}
+			panic(p)
+		}
+	}()
+	if err := fn(context.WithValue(ctx, ctxKey{}, h)); err != nil {
+		if tx := h.end(); tx != nil {
+			tx.Rollback()
+		}
+		return err
+	}
+	tx := h.end()
+	db := l.s.db
+	if tx != nil {
+		db = tx
+	}
+	leaseSQL, leaseArgs := l.s.plusSQL(l.s.clock(), l.lease)
+	args := append([]any{point}, leaseArgs...)
+	res := db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET recovery_point = ?, locked_until = "+leaseSQL+
+		" WHERE scope = ? AND idem_key = ? AND lease_token = ?", append(args, l.scope, l.key, l.token)...)
+	if err := fenced(ctx, "phase "+point, res); err != nil {
+		if tx != nil {
+			tx.Rollback()
+		}
+		return err
+	}
+	if tx != nil {
+		if err := tx.Commit().Error; err != nil {
+			return wrap(ctx, "phase "+point+": commit", err)
+		}
+	}
+	l.point, l.progress = point, true
+	return nil
+}
+
+// Complete implements core.Lock.Complete: one UPDATE fenced by the token, in the claim's
+// transaction (atomic), in the request's transaction if the handler opened one
+// (phased), or on its own; then the commit.
+func (l *lock) Complete(ctx context.Context, r *core.Response) error {
+	switch {
+	case r == nil:
+		return errors.New("gormstore: complete: nil response")
+	case l.ended:
+		return fmt.Errorf("gormstore: complete: %w", errEnded)
+	}
+	// An atomic lock ends here whatever happens: its transaction commits or rolls back.
+	// A phased one ends on success; after a failure Release may still give the key up.
+	var tx *gorm.DB
+	if l.mode == core.ModeAtomic {
+		l.ended = true
+		l.held.end()
+		tx = l.tx
+	} else if l.held != nil {
+		tx = l.held.end()
+	}
+	db := l.s.db
+	if tx != nil {
+		db = tx
+	}
+
+	nowSQL, nowArgs := l.s.nowSQL(l.s.clock())
+	args := []any{string(core.StateCompleted), l.point, r.Status, core.EncodeHeader(r.Header), r.Body}
+	args = append(args, nowArgs...)
+	args = append(args, l.scope, l.key, l.token)
+	res := db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET state = ?, recovery_point = ?, locked_until = NULL, lease_token = NULL, "+
+		"response_code = ?, response_headers = ?, response_body = ?, completed_at = "+nowSQL+
+		" WHERE scope = ? AND idem_key = ? AND lease_token = ?", args...)
+	if err := fenced(ctx, "complete", res); err != nil {
+		if tx != nil {
+			tx.Rollback()
+		}
+		return err
+	}
+	if tx != nil {
+		if err := tx.Commit().Error; err != nil {
+			return wrap(ctx, "complete: commit", err)
+		}
+	}
+	l.ended = true
+	return nil
+}
+
+// Release implements core.Lock.Release. After a failed Complete it is a no-op in atomic
+// mode (the transaction is gone) and, in phased mode, gives the key up if the lease is
+// still this lock's. In phased mode its statements run even when ctx has ended (bounded
+// by releaseTimeout): giving the key up is cleanup.
+func (l *lock) Release(ctx context.Context) error {
+	if l.ended {
+		return nil
+	}
+	l.ended = true
+	if l.mode == core.ModeAtomic {
+		l.held.end()
+		if err := l.tx.Rollback().Error; err != nil && !errors.Is(err, sql.ErrTxDone) {
+			return wrap(ctx, "release", err)
+		}
+		return nil
+	}
+
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if l.held != nil {
+		if tx := l.held.end(); tx != nil {
+			tx.Rollback()
+		}
+	}
+	q := "DELETE FROM " + l.s.quoted
+	if l.progress {
+		q = "UPDATE " + l.s.quoted + " SET locked_until = NULL"
+	}
+	res := l.s.db.WithContext(ctx).Exec(q+" WHERE scope = ? AND idem_key = ? AND lease_token = ?", l.scope, l.key, l.token)
+	return fenced(ctx, "release", res)
+}
