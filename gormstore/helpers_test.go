@@ -1,6 +1,9 @@
 package gormstore_test
 
 import (
+	"context"
+	"crypto/sha256"
+	"net/http"
 	"testing"
 
 	"github.com/glebarez/sqlite"
@@ -95,3 +98,66 @@ func migrated(t testing.TB, db *gorm.DB, opts ...gormstore.Option) *gormstore.St
 	}
 	return s
 }
+
+// order is the business row handlers write in the tests.
+type order struct {
+	ID     int64  `gorm:"primaryKey"`
+	Ref    string `gorm:"size:255"`
+	Amount int
+}
+
+// withOrders creates the orders table on db.
+func withOrders(t testing.TB, db *gorm.DB) *gorm.DB {
+	t.Helper()
+	if err := db.AutoMigrate(&order{}); err != nil {
+		t.Fatalf("migrate orders: %v", err)
+	}
+	return db
+}
+
+// countOrders counts the committed orders with ref (all when ref is empty).
+func countOrders(t testing.TB, db *gorm.DB, ref string) int64 {
+	t.Helper()
+	q := db.Model(&order{})
+	if ref != "" {
+		q = q.Where("ref = ?", ref)
+	}
+	var n int64
+	if err := q.Count(&n).Error; err != nil {
+		t.Fatalf("count orders: %v", err)
+	}
+	return n
+}
+
+// claimFor builds a claim for key in mode, with the engine's defaults.
+func claimFor(key, body string, mode core.Mode) core.Claim {
+	sum := sha256.Sum256([]byte("POST /orders\n" + body))
+	return core.Claim{Scope: "tenant", Key: key, Fingerprint: sum[:], Method: http.MethodPost, Path: "/orders",
+		Mode: mode, Lease: core.DefaultLease, LockWait: core.DefaultLockWait, Retention: core.DefaultRetention}
+}
+
+// mustLock claims c and requires a lock, released at the end of the test if still held.
+func mustLock(t testing.TB, s core.Store, c core.Claim) core.Lock {
+	t.Helper()
+	lock, rec, err := s.Claim(t.Context(), c)
+	if err != nil || lock == nil {
+		t.Fatalf("Claim(%q): lock %v, record %+v, error %v; want a lock", c.Key, lock, rec, err)
+	}
+	t.Cleanup(func() { _ = lock.Release(context.Background()) })
+	return lock
+}
+
+// mustRecord claims c and requires a record.
+func mustRecord(t testing.TB, s core.Store, c core.Claim) *core.Record {
+	t.Helper()
+	lock, rec, err := s.Claim(t.Context(), c)
+	if err != nil || rec == nil {
+		if lock != nil {
+			_ = lock.Release(context.Background())
+		}
+		t.Fatalf("Claim(%q): lock %v, error %v; want a record", c.Key, lock, err)
+	}
+	return rec
+}
+
+var created = &core.Response{Status: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"ok":true}`)}

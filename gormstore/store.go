@@ -29,6 +29,8 @@ type Store struct {
 	quoted   string // quoted for raw SQL
 	lockWait time.Duration
 	iso      sql.IsolationLevel
+
+	lookupFirst bool
 }
 
 var _ core.Store = (*Store)(nil)
@@ -57,6 +59,16 @@ func WithLockWait(d time.Duration) Option {
 // sql.LevelDefault, the database's own default.
 func WithIsolation(level sql.IsolationLevel) Option {
 	return func(s *Store) { s.iso = level }
+}
+
+// WithLookupFirst makes atomic claims read the key outside a transaction first, as
+// phased claims always do: a completed key is then replayed with that one statement, and
+// only an unknown key opens a transaction (on SQLite, only those take the write lock). It
+// costs every first request one more statement, so it pays off where most requests are
+// retries. Default: off (an atomic replay costs BEGIN, the lock wait setting, the claim,
+// a SELECT … FOR UPDATE, its restore and ROLLBACK).
+func WithLookupFirst() Option {
+	return func(s *Store) { s.lookupFirst = true }
 }
 
 // New returns a Store on db. It does not touch the database: call Migrate to create the
@@ -150,9 +162,10 @@ const claimAttempts = 3
 // errRetry makes Claim start over.
 var errRetry = errors.New("gormstore: claim raced, retrying")
 
-// Claim implements core.Store.Claim. A record that a claim would only report (completed,
-// live lease, other fingerprint) is read first, without a transaction or a lock; anything
-// else runs in a transaction whose first write is the claim:
+// Claim implements core.Store.Claim. In phased mode (and in atomic mode with
+// WithLookupFirst) the key is read first, without a transaction or a lock, and a record
+// the claim would only report (completed, live lease, other fingerprint) is returned from
+// that one statement. Anything else runs in a transaction whose first write is the claim:
 //
 //   - PostgreSQL: INSERT … ON CONFLICT DO NOTHING, then SELECT … FOR UPDATE on conflict,
 //     waits bounded by lock_timeout (55P03/57014 → core.ErrInProgress; 40001/40P01 →
@@ -187,13 +200,15 @@ func (s *Store) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Recor
 		wait = s.lockWait
 	}
 
-	r, err := s.read(ctx, s.db, c.Scope, c.Key, false, s.clock())
-	if err != nil {
-		return nil, nil, wrap(ctx, "claim", err)
-	}
-	if r != nil && s.judge(r, c) == reportIt {
-		rec, err := r.record()
-		return nil, rec, err
+	if c.Mode == core.ModePhased || s.lookupFirst {
+		r, err := s.read(ctx, s.db, c.Scope, c.Key, false, s.clock())
+		if err != nil {
+			return nil, nil, wrap(ctx, "claim: lookup", err)
+		}
+		if r != nil && s.judge(r, c) == reportIt {
+			rec, err := r.record()
+			return nil, rec, err
+		}
 	}
 
 	for attempt := 1; ; attempt++ {

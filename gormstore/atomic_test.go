@@ -1,0 +1,170 @@
+package gormstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/gormstore"
+)
+
+// TestAtomic: in atomic mode the handler's writes through gormstore.DB ride in the claim's
+// transaction, on each dialect.
+func TestAtomic(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			t.Run("CommitsWithResponse", func(t *testing.T) {
+				t.Parallel()
+				db := withOrders(t, d.open(t))
+				s := migrated(t, db)
+				c := claimFor("k", "a", core.ModeAtomic)
+				lock := mustLock(t, s, c)
+				if err := gormstore.DB(lock.Context(t.Context())).Create(&order{Ref: "a", Amount: 1}).Error; err != nil {
+					t.Fatalf("create: %v", err)
+				}
+				if n := countOrders(t, db, "a"); n != 0 {
+					t.Fatalf("%d orders visible before Complete, want 0", n)
+				}
+				if err := lock.Complete(t.Context(), created); err != nil {
+					t.Fatalf("Complete: %v", err)
+				}
+				if n := countOrders(t, db, "a"); n != 1 {
+					t.Fatalf("%d orders after Complete, want 1", n)
+				}
+				if rec := mustRecord(t, s, c); rec.State != core.StateCompleted || rec.Response.Status != created.Status {
+					t.Fatalf("record after Complete: %+v", rec)
+				}
+			})
+			t.Run("ReleaseRollsBack", func(t *testing.T) {
+				t.Parallel()
+				db := withOrders(t, d.open(t))
+				s := migrated(t, db)
+				lock := mustLock(t, s, claimFor("k", "a", core.ModeAtomic))
+				ctx := lock.Context(t.Context())
+				if err := gormstore.DB(ctx).Create(&order{Ref: "a"}).Error; err != nil {
+					t.Fatalf("create: %v", err)
+				}
+				err := lock.Phase(ctx, "charged", func(ctx context.Context) error {
+					return gormstore.DB(ctx).Create(&order{Ref: "a"}).Error
+				})
+				if err != nil {
+					t.Fatalf("Phase: %v", err)
+				}
+				if err := lock.Release(t.Context()); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+				if n := countOrders(t, db, "a"); n != 0 {
+					t.Fatalf("%d orders after Release, want 0", n)
+				}
+				if err := gormstore.DB(ctx).Create(&order{Ref: "late"}).Error; err == nil {
+					t.Fatal("a write through the released lock's context succeeded")
+				}
+				mustLock(t, s, claimFor("k", "b", core.ModeAtomic)) // the key is free again
+			})
+			t.Run("LockWaitScopedToClaim", func(t *testing.T) {
+				t.Parallel()
+				db := d.open(t)
+				sqlDB, _ := db.DB()
+				sqlDB.SetMaxOpenConns(1) // every statement on the same connection
+				s := migrated(t, db)
+				before := lockSetting(t, db, d.name)
+				lock := mustLock(t, s, claimFor("k", "a", core.ModeAtomic))
+				if got := lockSetting(t, gormstore.DB(lock.Context(t.Context())), d.name); got != before {
+					t.Errorf("the handler runs with lock wait setting %q, want the connection's own %q", got, before)
+				}
+				if err := lock.Complete(t.Context(), created); err != nil {
+					t.Fatalf("Complete: %v", err)
+				}
+				if got := lockSetting(t, db, d.name); got != before {
+					t.Errorf("the connection went back to the pool with lock wait setting %q, want %q", got, before)
+				}
+			})
+			if d.name != "sqlite" {
+				return // storetest's atomic cases cover twins on PostgreSQL and MariaDB
+			}
+			t.Run("TwinWaitsForCompletion", func(t *testing.T) {
+				t.Parallel()
+				s := migrated(t, d.open(t))
+				c := claimFor("k", "a", core.ModeAtomic)
+				lock := mustLock(t, s, c)
+				twin := make(chan *core.Record, 1)
+				go func() {
+					twinClaim := c
+					twinClaim.LockWait = 5 * time.Second
+					_, rec, err := s.Claim(t.Context(), twinClaim)
+					if err != nil {
+						t.Errorf("twin: %v", err)
+					}
+					twin <- rec
+				}()
+				time.Sleep(100 * time.Millisecond)
+				if err := lock.Complete(t.Context(), created); err != nil {
+					t.Fatalf("Complete: %v", err)
+				}
+				if rec := <-twin; rec == nil || rec.State != core.StateCompleted {
+					t.Fatalf("twin got %+v, want the completed record", rec)
+				}
+			})
+			t.Run("TwinGivesUp", func(t *testing.T) {
+				t.Parallel()
+				s := migrated(t, d.open(t))
+				c := claimFor("k", "a", core.ModeAtomic)
+				mustLock(t, s, c)
+				c.LockWait = 100 * time.Millisecond
+				start := time.Now()
+				_, _, err := s.Claim(t.Context(), c)
+				if !errors.Is(err, core.ErrInProgress) {
+					t.Fatalf("twin of an open transaction: %v, want ErrInProgress", err)
+				}
+				t.Logf("gave up after %v", time.Since(start))
+			})
+			t.Run("TwinClaimsAfterRelease", func(t *testing.T) {
+				t.Parallel()
+				s := migrated(t, d.open(t))
+				c := claimFor("k", "a", core.ModeAtomic)
+				lock := mustLock(t, s, c)
+				twin := make(chan core.Lock, 1)
+				go func() {
+					twinClaim := c
+					twinClaim.LockWait = 5 * time.Second
+					l, _, err := s.Claim(t.Context(), twinClaim)
+					if err != nil {
+						t.Errorf("twin: %v", err)
+					}
+					twin <- l
+				}()
+				time.Sleep(100 * time.Millisecond)
+				if err := lock.Release(t.Context()); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+				l := <-twin
+				if l == nil {
+					t.Fatal("the twin of a released claim got no lock")
+				}
+				if err := l.Complete(t.Context(), created); err != nil {
+					t.Fatalf("twin's Complete: %v", err)
+				}
+			})
+		})
+	}
+}
+
+// lockSetting reads the session setting the store changes for a claim's lock wait.
+func lockSetting(t testing.TB, db *gorm.DB, dialect string) string {
+	t.Helper()
+	q := map[string]string{
+		"postgres": "SELECT current_setting('lock_timeout')",
+		"mysql":    "SELECT CAST(@@SESSION.innodb_lock_wait_timeout AS CHAR)",
+		"sqlite":   "PRAGMA busy_timeout",
+	}[dialect]
+	var v string
+	if err := db.Raw(q).Row().Scan(&v); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return v
+}

@@ -1,0 +1,95 @@
+package gormstore_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/gormstore"
+	"github.com/idemkit/idem/internal/testdb"
+)
+
+// benchOrder is the business row the benchmarks write.
+type benchOrder struct {
+	ID     int64 `gorm:"primaryKey"`
+	Ref    string
+	Amount int
+}
+
+// BenchmarkAtomic compares, on PostgreSQL with a pool of 16 connections, a bare GORM
+// create in a transaction with the same create through gormstore in atomic mode (claim,
+// the create via gormstore.DB, completion and commit), and a replay of a completed key.
+//
+//	go test -run '^$' -bench BenchmarkAtomic -benchtime 3s ./gormstore
+func BenchmarkAtomic(b *testing.B) {
+	db := openPostgres(b)
+	if err := db.AutoMigrate(&benchOrder{}); err != nil {
+		b.Fatal(err)
+	}
+	store := migrated(b, db)
+	ctx := context.Background()
+	prefix := testdb.Name("k")
+	resp := &core.Response{Status: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: []byte(`{"id":1,"status":"created"}`)}
+	fp := sha256.Sum256([]byte("POST /orders\n{}"))
+	claim := func(key string) core.Claim {
+		return core.Claim{Scope: "bench", Key: key, Fingerprint: fp[:], Method: http.MethodPost, Path: "/orders",
+			Mode: core.ModeAtomic, Lease: time.Minute, LockWait: 2 * time.Second, Retention: 24 * time.Hour}
+	}
+
+	b.Run("bare", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+					return tx.Create(&benchOrder{Ref: "bare", Amount: 10}).Error
+				})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+
+	var n atomic.Int64
+	b.Run("gormstore", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				lock, _, err := store.Claim(ctx, claim(prefix+strconv.FormatInt(n.Add(1), 10)))
+				if err != nil || lock == nil {
+					b.Errorf("claim: lock %v, err %v", lock, err)
+					return
+				}
+				if err := gormstore.DB(lock.Context(ctx)).Create(&benchOrder{Ref: "idem", Amount: 10}).Error; err != nil {
+					_ = lock.Release(ctx)
+					b.Error(err)
+					return
+				}
+				if err := lock.Complete(ctx, resp); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+
+	b.Run("replay", func(b *testing.B) {
+		key := prefix + "1"
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				_, rec, err := store.Claim(ctx, claim(key))
+				if err != nil || rec == nil {
+					b.Errorf("replay: record %v, err %v", rec, err)
+					return
+				}
+			}
+		})
+	})
+}

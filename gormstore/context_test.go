@@ -1,0 +1,66 @@
+package gormstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"gorm.io/gorm"
+
+	"github.com/idemkit/idem/gormstore"
+)
+
+// TestDBWithoutTransaction: outside a keyed request DB panics with a message naming the
+// way out, DBSafely returns ErrNoTransaction, and neither falls back to a plain database.
+func TestDBWithoutTransaction(t *testing.T) {
+	t.Parallel()
+	if db, err := gormstore.DBSafely(t.Context()); !errors.Is(err, gormstore.ErrNoTransaction) || db != nil {
+		t.Fatalf("DBSafely = %v, %v; want nil, ErrNoTransaction", db, err)
+	}
+	defer func() {
+		p := recover()
+		msg := fmt.Sprint(p)
+		if p == nil || !strings.Contains(msg, gormstore.ErrNoTransaction.Error()) || !strings.Contains(msg, "DBSafely") {
+			t.Fatalf("DB panicked with %q, want a message naming ErrNoTransaction and DBSafely", msg)
+		}
+	}()
+	gormstore.DB(t.Context())
+}
+
+// TestWithTx: code written against gormstore.DB runs in a transaction the caller already
+// has, and commits or rolls back with it.
+func TestWithTx(t *testing.T) {
+	t.Parallel()
+	db := withOrders(t, openSQLite(t))
+	createOrder := func(ctx context.Context, ref string) error {
+		return gormstore.DB(ctx).Create(&order{Ref: ref}).Error
+	}
+	errAbort := errors.New("abort")
+	err := db.Transaction(func(tx *gorm.DB) error {
+		if err := createOrder(gormstore.WithTx(t.Context(), tx), "rolled-back"); err != nil {
+			return err
+		}
+		return errAbort
+	})
+	if !errors.Is(err, errAbort) {
+		t.Fatalf("transaction: %v", err)
+	}
+	err = db.Transaction(func(tx *gorm.DB) error {
+		return createOrder(gormstore.WithTx(t.Context(), tx), "committed")
+	})
+	if err != nil {
+		t.Fatalf("transaction: %v", err)
+	}
+	if r, c := countOrders(t, db, "rolled-back"), countOrders(t, db, "committed"); r != 0 || c != 1 {
+		t.Fatalf("%d rolled-back and %d committed orders, want 0 and 1", r, c)
+	}
+
+	defer func() {
+		if recover() == nil {
+			t.Fatal("WithTx(ctx, nil) did not panic")
+		}
+	}()
+	gormstore.WithTx(t.Context(), nil)
+}

@@ -1,0 +1,110 @@
+package gormstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemkit/idem/core"
+)
+
+// liteError stands for the SQLite driver's error, read through its Code method.
+type liteError int
+
+func (e liteError) Error() string { return fmt.Sprintf("sqlite error (%d)", int(e)) }
+func (e liteError) Code() int     { return int(e) }
+
+// TestWrap: each dialect's lock-wait expiry becomes ErrInProgress, its serialization
+// failures and deadlocks ErrTransient, everything else neither; the driver's error stays
+// reachable, and an error caused by the caller's context is never a lock wait.
+func TestWrap(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		err  error
+		want error // nil: neither sentinel
+	}{
+		{&pgconn.PgError{Code: "55P03"}, core.ErrInProgress},
+		{&pgconn.PgError{Code: "57014"}, core.ErrInProgress},
+		{&pgconn.PgError{Code: "40001"}, core.ErrTransient},
+		{&pgconn.PgError{Code: "40P01"}, core.ErrTransient},
+		{&pgconn.PgError{Code: "23505"}, nil},
+		{fmt.Errorf("driver: %w", &pgconn.PgError{Code: "40001"}), core.ErrTransient},
+		{&mysql.MySQLError{Number: 1205}, core.ErrInProgress},
+		{&mysql.MySQLError{Number: 1213}, core.ErrTransient},
+		{&mysql.MySQLError{Number: 1062}, nil},
+		{liteError(5), core.ErrInProgress},   // SQLITE_BUSY
+		{liteError(261), core.ErrInProgress}, // SQLITE_BUSY_RECOVERY
+		{liteError(6), core.ErrInProgress},   // SQLITE_LOCKED
+		{liteError(19), nil},                 // SQLITE_CONSTRAINT
+		{errors.New("database is locked"), core.ErrInProgress},
+		{errors.New("connection refused"), nil},
+	}
+	for _, tc := range cases {
+		got := wrap(context.Background(), "claim", tc.err)
+		if !errors.Is(got, tc.err) {
+			t.Errorf("wrap(%v) = %v: lost the driver's error", tc.err, got)
+		}
+		for _, sentinel := range []error{core.ErrInProgress, core.ErrTransient} {
+			if errors.Is(got, sentinel) != (sentinel == tc.want) {
+				t.Errorf("wrap(%v) = %v: errors.Is(%v) = %v", tc.err, got, sentinel, !(sentinel == tc.want))
+			}
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	got := wrap(ctx, "claim", &pgconn.PgError{Code: "57014"}) // what a cancelled query reports
+	if errors.Is(got, core.ErrInProgress) || !errors.Is(got, context.Canceled) {
+		t.Errorf("a query cancelled with its context: %v, want context.Canceled and not ErrInProgress", got)
+	}
+	if wrap(ctx, "claim", nil) != nil {
+		t.Error("wrap(nil) must be nil")
+	}
+}
+
+// TestTimeScanner: wall-clock columns (MySQL DATETIME, SQLite text) read as UTC whatever
+// location the driver attached or whether it parsed them at all; PostgreSQL instants keep
+// their instant.
+func TestTimeScanner(t *testing.T) {
+	t.Parallel()
+	want := time.Date(2026, 3, 4, 5, 6, 7, 123456000, time.UTC)
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		src  any
+		wall bool
+	}{
+		{want.Format(wallLayout), true},
+		{[]byte(want.Format(wallLayout)), true},
+		{time.Date(2026, 3, 4, 5, 6, 7, 123456000, ny), true}, // DATETIME read with loc=America/New_York
+		{want.In(ny), false},                                  // timestamptz in another zone
+		{"2026-03-04 05:06:07.123456+00:00", true},
+	}
+	for _, tc := range cases {
+		var got time.Time
+		if err := (timeScanner{&got, tc.wall}).Scan(tc.src); err != nil {
+			t.Errorf("Scan(%#v): %v", tc.src, err)
+			continue
+		}
+		if !got.Equal(want) || got.Location() != time.UTC {
+			t.Errorf("Scan(%#v) = %v, want %v UTC", tc.src, got, want)
+		}
+	}
+	var got time.Time
+	if err := (timeScanner{&got, true}).Scan(nil); err != nil || !got.IsZero() {
+		t.Errorf("Scan(nil) = %v, %v; want the zero time", got, err)
+	}
+	if err := (timeScanner{&got, true}).Scan("yesterday"); err == nil {
+		t.Error("Scan(\"yesterday\") must fail")
+	}
+	if err := (timeScanner{&got, true}).Scan(42); err == nil {
+		t.Error("Scan(42) must fail")
+	}
+}

@@ -1,0 +1,93 @@
+package gormstore_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+	"gorm.io/driver/mysql"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/gormstore"
+	"github.com/idemkit/idem/internal/testdb"
+)
+
+// TestMySQLKeysAreBytes: on MySQL/MariaDB keys compare byte for byte (VARBINARY): case
+// and trailing spaces make different keys, as on the other dialects, where a utf8mb4
+// VARCHAR key would merge them; a scope or key over 255 bytes is refused, never truncated.
+func TestMySQLKeysAreBytes(t *testing.T) {
+	t.Parallel()
+	s := migrated(t, openMySQL(t))
+	for _, key := range []string{"Key", "key", "key ", "kéy", "kéy "} {
+		mustLock(t, s, claimFor(key, "a", core.ModePhased))
+	}
+	long := claimFor(strings.Repeat("k", 256), "a", core.ModePhased)
+	if _, _, err := s.Claim(t.Context(), long); err == nil || !strings.Contains(err.Error(), "255 bytes") {
+		t.Fatalf("a 256-byte key: %v, want a refusal", err)
+	}
+	long = claimFor("k", "a", core.ModePhased)
+	long.Scope = strings.Repeat("s", 256)
+	if _, _, err := s.Claim(t.Context(), long); err == nil || !strings.Contains(err.Error(), "255 bytes") {
+		t.Fatalf("a 256-byte scope: %v, want a refusal", err)
+	}
+}
+
+// TestMySQLDSNTimes: the store reads and writes its DATETIME(6) columns as UTC whatever
+// the DSN says about time parsing and location.
+func TestMySQLDSNTimes(t *testing.T) {
+	t.Parallel()
+	dsn, _ := testdb.MySQLDatabase(t)
+	for _, params := range []map[string]string{
+		{"parseTime": "false"},
+		{"parseTime": "true", "loc": "America/New_York"},
+		{"parseTime": "true", "loc": "Asia/Tokyo", "time_zone": "'+05:00'"},
+	} {
+		cfg, err := gomysql.ParseDSN(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ParseTime = params["parseTime"] == "true"
+		if loc, ok := params["loc"]; ok {
+			if cfg.Loc, err = time.LoadLocation(loc); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if tz, ok := params["time_zone"]; ok {
+			cfg.Params = map[string]string{"time_zone": tz}
+		}
+		s := migrated(t, finish(t, mysql.New(mysql.Config{DSNConfig: cfg})))
+		c := claimFor("k", "a", core.ModePhased)
+		c.Lease = time.Hour
+		mustLock(t, s, c)
+		rec := mustRecord(t, s, c)
+		if d := time.Since(rec.CreatedAt); d < -time.Minute || d > time.Minute {
+			t.Errorf("%v: CreatedAt %v is %v away from now", params, rec.CreatedAt, d)
+		}
+		if d := time.Until(rec.LockedUntil) - time.Hour; d < -time.Minute || d > time.Minute {
+			t.Errorf("%v: LockedUntil %v is not an hour from now", params, rec.LockedUntil)
+		}
+		if n, err := s.DeleteExpired(t.Context(), time.Now().Add(time.Hour), 10); err != nil || n != 0 {
+			t.Errorf("%v: DeleteExpired deleted %d (%v), want 0: the lease is live", params, n, err)
+		}
+	}
+}
+
+// TestMySQLClientFoundRows: New refuses a DSN with clientFoundRows=true, under which the
+// claim could not tell a new key from an existing one.
+func TestMySQLClientFoundRows(t *testing.T) {
+	t.Parallel()
+	dsn, _ := testdb.MySQLDatabase(t)
+	cfg, err := gomysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ClientFoundRows = true
+	db := finish(t, mysql.New(mysql.Config{DSNConfig: cfg}))
+	defer func() {
+		if p := recover(); p == nil || !strings.Contains(p.(string), "clientFoundRows") {
+			t.Fatalf("New with clientFoundRows=true: panic %v, want one naming clientFoundRows", p)
+		}
+	}()
+	gormstore.New(db)
+}
