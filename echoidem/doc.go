@@ -24,6 +24,10 @@
 // Mount it with e.Use, on a group or on a single route (e.POST("/orders", h, mw));
 // Skipper, core.Config.Methods and core.Config.Skip let requests through untouched.
 //
+// Middleware that rewrites the response body (compression) belongs before echoidem, so
+// that what is held, recorded and replayed is the handler's plain response: a
+// Content-Encoding header is not in the default replay allow-list.
+//
 // What the handler's response does:
 //
 //   - Everything written through c.JSON, c.Blob, c.NoContent, c.Redirect … is held,

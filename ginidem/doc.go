@@ -24,6 +24,10 @@
 // Scope is required: keys live per scope, so a multi-tenant API must return the caller's
 // identity (set by your authentication middleware, which must therefore run first).
 //
+// Middleware that rewrites the response body (compression) belongs before ginidem, so
+// that what is held, recorded and replayed is the handler's plain response: a
+// Content-Encoding header is not in the default replay allow-list.
+//
 // What the handler's response does:
 //
 //   - c.JSON, c.Data, c.String, c.Redirect, c.AbortWithStatusJSON and friends are held,
