@@ -1,0 +1,139 @@
+// Package gormstore is an idem key store (core.Store) on a GORM database: PostgreSQL
+// (gorm.io/driver/postgres), MySQL or MariaDB with InnoDB (gorm.io/driver/mysql) and
+// SQLite (github.com/glebarez/sqlite, pure Go, no cgo). The handler's business writes go
+// through the same transaction as the key, so they commit together with the recorded
+// response or not at all.
+//
+//	db, err := gorm.Open(postgres.Open(os.Getenv("DATABASE_URL")), &gorm.Config{})
+//	// …
+//	store := gormstore.New(db)            // WithTable, WithLockWait, WithIsolation, WithLookupFirst
+//	if err := store.Migrate(ctx); err != nil { … } // explicit; New never touches the database
+//
+//	mux.Handle("POST /orders", core.Middleware(core.Config{
+//		Store: store,
+//		Scope: func(r *http.Request) string { return accountID(r) },
+//	})(http.HandlerFunc(createOrder)))
+//
+//	func createOrder(w http.ResponseWriter, r *http.Request) {
+//		order := Order{Amount: 42}
+//		if err := gormstore.DB(r.Context()).Create(&order).Error; err != nil {
+//			http.Error(w, "could not create the order", http.StatusInternalServerError) // 5xx: rolled back, key released
+//			return
+//		}
+//		w.Header().Set("Location", fmt.Sprintf("/orders/%d", order.ID))
+//		w.WriteHeader(http.StatusCreated) // recorded and committed with the order, then sent
+//	}
+//
+// # The handler's transaction
+//
+// DB(ctx) returns the request's *gorm.DB, bound to its transaction and to ctx. It panics
+// when ctx carries none (the route is not behind the middleware, or had no key): writing
+// outside the transaction would silently lose the guarantee, so there is no fallback to
+// the plain database. DBSafely returns ErrNoTransaction instead. WithTx puts a transaction
+// the caller already has into a context, so the same code runs in a background job or a
+// test; the store's claims still open their own transactions.
+//
+// In atomic mode (the engine's default for this store) the transaction is the claim's:
+// one transaction per keyed request, on one connection, whose first write is the claim;
+// the completion UPDATE and COMMIT happen before the response is sent. A 5xx, a panic or a
+// cancelled request rolls everything back: no key, no business row. The transaction is
+// bound to the request's context; core.Operation.Phase runs its function inside it.
+//
+// In phased mode the claim commits at once with a lease and a random fencing token. Each
+// phase (core.Operation.Phase) runs in its own transaction, opened when its function first
+// calls DB and committed together with the new recovery point and a renewed lease, fenced
+// by the token: after a takeover the stale worker's phase, completion and release change
+// nothing and fail with core.ErrLeaseLost. Outside phases, DB opens the request's final
+// transaction on first use and Complete commits it with the response; if a phase starts
+// while it is open, it becomes that phase's transaction. A request never holds two
+// connections. Phases do not nest.
+//
+// # PostgreSQL
+//
+// The claim is INSERT … ON CONFLICT DO NOTHING (clause.OnConflict), then SELECT … FOR
+// UPDATE on a conflict. A twin in flight makes the INSERT wait; set_config('lock_timeout',
+// …, true) (SET LOCAL) bounds that wait, and its expiry (55P03, or 57014 from a
+// statement_timeout) is core.ErrInProgress: 409. The setting is put back before the
+// handler runs, so the handler's statements keep the connection's own lock_timeout.
+// Serialization failures and deadlocks (40001, 40P01) are core.ErrTransient: 503. At
+// REPEATABLE READ (WithIsolation) a twin that waited for a transaction that committed
+// gets one; the store retries the claim (nothing of the request has run yet), and it
+// replays. Times come from the database clock (statement_timestamp()).
+//
+// The store works on a table made by hand from pgxstore's schema.sql (lease_token is a
+// uuid in both), and Migrate leaves such a table as it is.
+//
+// # MySQL and MariaDB
+//
+// InnoDB is required (Migrate creates the table with ENGINE=InnoDB). The claim is
+// INSERT … ON DUPLICATE KEY UPDATE (clause.OnConflict{DoNothing: true}): on a duplicate it
+// takes an exclusive lock, where a plain INSERT's shared lock lets two waiting twins
+// deadlock once the first rolls back. The store tells a new key from an existing one by
+// the rows affected, so New panics on a DSN with clientFoundRows=true. The wait is bounded
+// by innodb_lock_wait_timeout, which exists per session only and in whole seconds: the
+// store sets it (the lock wait rounded up, at least 1s) for the claim and puts the
+// session's value back before the handler runs and before the connection returns to the
+// pool. Its expiry (1205) is core.ErrInProgress; a deadlock (1213) is core.ErrTransient,
+// after the claim was retried. Gap locks at REPEATABLE READ can make concurrent claims of
+// new keys deadlock: that is the retried case. DeleteExpired runs at READ COMMITTED with
+// FOR UPDATE SKIP LOCKED (MySQL 8.0+, MariaDB 10.6+), so it takes no gap locks.
+//
+// scope and idem_key are VARBINARY(255): keys compare byte for byte, as on the other
+// dialects (a utf8mb4 VARCHAR would merge "Key", "key" and "key "), and the 510-byte
+// primary key fits InnoDB's index limits under any row format. A scope or key over 255
+// bytes is refused, never truncated. Times are DATETIME(6) holding UTC from the database
+// clock (UTC_TIMESTAMP(6)); the store reads and writes them as UTC whatever the DSN's
+// parseTime, loc and time_zone say.
+//
+// # SQLite
+//
+// No DSN parameter is required; journal_mode WAL is recommended, so readers never wait for
+// the writer:
+//
+//	gorm.Open(sqlite.Open("app.db?_pragma=journal_mode(WAL)"), &gorm.Config{})
+//
+// SQLite has no row locks and one writer. Every transaction the store opens writes first
+// (the claim, or in phased mode a fenced touch of the key), so it takes the write lock at
+// once, waiting up to the lock wait (PRAGMA busy_timeout, set for the claim and put back
+// after); SQLITE_BUSY past the wait is core.ErrInProgress. Writers are serialized: in
+// atomic mode a keyed request holds the write lock while its handler runs, so concurrent
+// keyed requests, whatever their keys, run one after the other and one that waits longer
+// than the lock wait gets 409. Use phased mode (core.Config.Mode) where handlers are slow.
+// The store's other statements wait up to the connection's busy_timeout (the driver's
+// default is 5s). SQLite runs in the application's process, so the store uses the
+// application's clock, stored as fixed-width UTC text ("2006-01-02 15:04:05.000000").
+//
+// # Table
+//
+// One table, DefaultTable unless WithTable names another (schema-qualified where the
+// database has schemas), with PRIMARY KEY (scope, idem_key) and an index on created_at
+// named <table>_created_at_idx. Migrate creates them; on PostgreSQL it amounts to:
+//
+//	CREATE TABLE idempotency_keys (
+//	    scope text NOT NULL, idem_key text NOT NULL, request_hash bytea NOT NULL,
+//	    method text NOT NULL, path text NOT NULL, state text NOT NULL, recovery_point text NOT NULL,
+//	    locked_until timestamptz(6), lease_token uuid, response_code integer,
+//	    response_headers bytea, response_body bytea,
+//	    created_at timestamptz(6) NOT NULL, completed_at timestamptz(6),
+//	    PRIMARY KEY (scope, idem_key));
+//	CREATE INDEX idempotency_keys_created_at_idx ON idempotency_keys (created_at);
+//
+// On MySQL/MariaDB scope and idem_key are varbinary(255), the byte columns longblob
+// (lease_token varbinary(16)), the text columns longtext and the times datetime(6); on
+// SQLite the byte columns are blob and the times datetime. Bodies and headers are stored
+// as bytes, never JSON: headers as core.EncodeHeader lines. The README has the full DDL
+// for each dialect.
+//
+// # Expiry
+//
+// DeleteExpired (run by core.Sweeper) deletes the oldest keys created before its cut-off,
+// by primary key, in one short statement or transaction per batch, never a started key
+// whose lease is live nor (PostgreSQL, MySQL/MariaDB) a row another transaction holds. A
+// key past its retention already counts as absent to Claim.
+//
+// # Logging
+//
+// The store's statements go through the *gorm.DB's logger. GORM's default logger reports
+// failed statements as errors and statements over 200ms as slow, so a twin that waited
+// for a lock or gave up (answered 409) shows up there; configure the logger accordingly.
+package gormstore

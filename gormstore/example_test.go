@@ -1,0 +1,137 @@
+package gormstore_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/glebarez/sqlite"
+	"gorm.io/driver/mysql"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/gormstore"
+)
+
+// Order is the example's business row.
+type Order struct {
+	ID     int64
+	Amount int
+}
+
+// A handler behind the middleware writes through gormstore.DB(r.Context()): the order and
+// the key's recorded response commit together, so a retry replays the response and never
+// creates a second order. (SQLite here, so the example runs anywhere.)
+func Example() {
+	dir, err := os.MkdirTemp("", "gormstore-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := gorm.Open(sqlite.Open(filepath.Join(dir, "app.db")+"?_pragma=journal_mode(WAL)"),
+		&gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		log.Fatal(err)
+	}
+	store := gormstore.New(db)
+	if err := store.Migrate(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	if err := db.AutoMigrate(&Order{}); err != nil {
+		log.Fatal(err)
+	}
+
+	createOrder := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		order := Order{Amount: 42}
+		if err := gormstore.DB(r.Context()).Create(&order).Error; err != nil {
+			http.Error(w, "could not create the order", http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Location", fmt.Sprintf("/orders/%d", order.ID))
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":%d}`, order.ID)
+	})
+	handler := core.Middleware(core.Config{
+		Store: store,
+		Scope: func(r *http.Request) string { return r.Header.Get("X-Account") },
+	})(createOrder)
+
+	for range 2 {
+		r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{"amount":42}`))
+		r.Header.Set("Idempotency-Key", "3f2b9c1e-order-1")
+		r.Header.Set("X-Account", "acme")
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, r)
+		fmt.Println(w.Code, w.Header().Get("Location"), w.Header().Get("Idempotent-Replayed"), w.Body)
+	}
+	var orders int64
+	db.Model(&Order{}).Count(&orders)
+	fmt.Println("orders:", orders)
+	// Output:
+	// 201 /orders/1  {"id":1}
+	// 201 /orders/1 true {"id":1}
+	// orders: 1
+}
+
+// Code that reaches its transaction with gormstore.DB also runs inside a transaction the
+// caller already has, such as a background job's.
+func ExampleWithTx() {
+	dir, err := os.MkdirTemp("", "gormstore-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := gorm.Open(sqlite.Open(filepath.Join(dir, "app.db")), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := db.AutoMigrate(&Order{}); err != nil {
+		log.Fatal(err)
+	}
+	createOrder := func(ctx context.Context, amount int) error {
+		return gormstore.DB(ctx).Create(&Order{Amount: amount}).Error
+	}
+
+	err = db.Transaction(func(tx *gorm.DB) error {
+		return createOrder(gormstore.WithTx(context.Background(), tx), 7)
+	})
+	fmt.Println("created:", err == nil)
+
+	_, err = gormstore.DBSafely(context.Background())
+	fmt.Println(err)
+	// Output:
+	// created: true
+	// gormstore: no transaction in context
+}
+
+// On PostgreSQL and MySQL/MariaDB the store takes the application's *gorm.DB as is. The
+// MySQL DSN keeps clientFoundRows at its default (false).
+func ExampleNew() {
+	ctx := context.Background()
+	pg, err := gorm.Open(postgres.Open(os.Getenv("DATABASE_URL")), &gorm.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	pgStore := gormstore.New(pg, gormstore.WithTable("idem.keys"))
+	if err := pgStore.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	my, err := gorm.Open(mysql.Open("app:secret@tcp(127.0.0.1:3306)/shop?parseTime=true"), &gorm.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	myStore := gormstore.New(my, gormstore.WithLockWait(3*time.Second))
+	if err := myStore.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	_ = core.Middleware(core.Config{Store: myStore, Scope: func(r *http.Request) string { return r.Header.Get("X-Account") }})
+}
