@@ -3,6 +3,7 @@ package core
 import (
 	"encoding/binary"
 	"errors"
+	"io"
 	"math/bits"
 	"slices"
 	"strconv"
@@ -77,6 +78,7 @@ type canonScratch struct {
 	sorted  []cjMember // members of closed dirty objects, in canonical order
 	objs    []cjObject
 	tmp     []byte // the first pass's text, when a second pass is needed
+	out     []byte // writeCanonicalJSON's output
 }
 
 var canonPool = sync.Pool{New: func() any { return new(canonScratch) }}
@@ -88,13 +90,38 @@ var canonPool = sync.Pool{New: func() any { return new(canonScratch) }}
 func appendCanonicalJSON(dst, src []byte) ([]byte, error) {
 	s := canonPool.Get().(*canonScratch)
 	out, err := s.canonicalise(dst, src)
-	if cap(s.tmp) <= maxPooledScratch && cap(s.members)+cap(s.sorted)+cap(s.objs) <= maxPooledScratch/32 {
-		canonPool.Put(s)
-	}
+	s.release()
 	if err != nil {
 		return dst, err
 	}
 	return out, nil
+}
+
+// writeCanonicalJSON writes the RFC 8785 canonical form of the JSON text src to w (a
+// hash, say) in one Write, from a pooled buffer. When src is not exactly one valid I-JSON
+// value (see appendCanonicalJSON) it writes nothing and returns the error.
+func writeCanonicalJSON(w io.Writer, src []byte) error {
+	s := canonPool.Get().(*canonScratch)
+	err := s.write(w, src)
+	s.release()
+	return err
+}
+
+func (s *canonScratch) write(w io.Writer, src []byte) error {
+	out, err := s.canonicalise(s.out[:0], src)
+	if err != nil {
+		return err
+	}
+	s.out = out[:0]
+	_, err = w.Write(out)
+	return err
+}
+
+// release returns s to the pool unless one huge document has grown it.
+func (s *canonScratch) release() {
+	if cap(s.tmp)+cap(s.out) <= maxPooledScratch && cap(s.members)+cap(s.sorted)+cap(s.objs) <= maxPooledScratch/32 {
+		canonPool.Put(s)
+	}
 }
 
 func (s *canonScratch) canonicalise(dst, src []byte) ([]byte, error) {

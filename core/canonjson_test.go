@@ -2,6 +2,7 @@ package core
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -286,6 +287,29 @@ func TestAppendCanonicalJSONAppends(t *testing.T) {
 		t.Errorf("on error got %q, want dst unchanged", got)
 	}
 }
+
+func TestWriteCanonicalJSON(t *testing.T) {
+	t.Parallel()
+	for _, tc := range canonCases {
+		var buf bytes.Buffer
+		buf.WriteString("head:")
+		err := writeCanonicalJSON(&buf, []byte(tc.in))
+		switch {
+		case tc.want == "" && (err == nil || buf.String() != "head:"):
+			t.Errorf("%s: writeCanonicalJSON(%q) wrote %q, %v; want nothing and an error", tc.name, tc.in, buf.String(), err)
+		case tc.want != "" && (err != nil || buf.String() != "head:"+tc.want):
+			t.Errorf("%s: writeCanonicalJSON(%q) wrote %q, %v; want %q", tc.name, tc.in, buf.String(), err, "head:"+tc.want)
+		}
+	}
+	werr := errors.New("disk full")
+	if err := writeCanonicalJSON(failingWriter{werr}, []byte(`{"a":1}`)); !errors.Is(err, werr) {
+		t.Errorf("writer error: got %v, want %v", err, werr)
+	}
+}
+
+type failingWriter struct{ err error }
+
+func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }
 
 func TestAppendCanonicalJSONErrors(t *testing.T) {
 	t.Parallel()
@@ -721,6 +745,17 @@ func TestCanonicalJSONZeroAllocs(t *testing.T) {
 		if allocs != 0 {
 			t.Errorf("%s: %v allocations per call, want 0", name, allocs)
 		}
+		h := sha256.New()
+		allocs = testing.AllocsPerRun(200, func() {
+			h.Reset()
+			err = s.write(h, doc)
+		})
+		if err != nil {
+			t.Fatalf("%s: write: %v", name, err)
+		}
+		if allocs != 0 {
+			t.Errorf("%s: %v allocations per write to a hash, want 0", name, allocs)
+		}
 	}
 }
 
@@ -731,7 +766,8 @@ func TestCanonicalJSONZeroAllocs(t *testing.T) {
 //   - whatever jcs rejects, we reject: we never canonicalise a document the reference
 //     does not, so a request body is either canonical JSON for both or bytes for both;
 //   - what we accept is valid JSON, and our output is valid JSON that canonicalises to
-//     itself and appends after a prefix unchanged.
+//     itself and appends after a prefix unchanged;
+//   - writeCanonicalJSON writes exactly what appendCanonicalJSON returns, or nothing.
 func FuzzCanonicalJSON(f *testing.F) {
 	for _, tc := range canonCases {
 		f.Add([]byte(tc.in))
@@ -741,6 +777,10 @@ func FuzzCanonicalJSON(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, src []byte) {
 		got, err := appendCanonicalJSON(nil, src)
+		var written bytes.Buffer
+		if werr := writeCanonicalJSON(&written, src); (werr == nil) != (err == nil) || !bytes.Equal(written.Bytes(), got) {
+			t.Fatalf("writeCanonicalJSON(%q) wrote %q, %v; appendCanonicalJSON gives %q, %v", src, written.Bytes(), werr, got, err)
+		}
 		want, jerr := jcs.Transform(src)
 		if jerr != nil {
 			if err == nil {
@@ -824,6 +864,17 @@ func BenchmarkCanonicalJSON(b *testing.B) {
 			for b.Loop() {
 				var err error
 				if dst, err = appendCanonicalJSON(dst[:0], doc); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("ours-sha256/"+name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(doc)))
+			h := sha256.New()
+			for b.Loop() {
+				h.Reset()
+				if err := writeCanonicalJSON(h, doc); err != nil {
 					b.Fatal(err)
 				}
 			}
