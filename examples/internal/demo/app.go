@@ -1,0 +1,137 @@
+package demo
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+
+	"github.com/idemkit/idem/core"
+)
+
+// AccountHeader carries the caller's account: a stand-in for real authentication.
+// Idempotency keys are scoped by it.
+const AccountHeader = "X-Account-ID"
+
+// App is the demo's domain: orders, payments and a fake payment provider on one
+// database, with the idempotency store that protects the keyed routes. Its methods are
+// the handlers' logic; the servers only route requests to them and write their Reply.
+type App struct {
+	cfg      Config
+	log      *slog.Logger
+	be       *backend
+	provider *provider
+	// crash ends the process after a phase committed (-crash-after).
+	crash func(phase string)
+}
+
+// Open connects to the database cfg names, creates the schema when missing (business
+// tables and key table) and returns the App. Close it when done.
+func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	be, err := openBackend(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := be.createSchema(ctx); err != nil {
+		be.close()
+		return nil, err
+	}
+	a := &App{cfg: cfg, log: log, be: be, provider: &provider{be: be}}
+	a.crash = func(phase string) {
+		log.Warn("crash injected: exiting with status 3 after phase " + phase + " committed")
+		os.Exit(3)
+	}
+	return a, nil
+}
+
+// Close closes the database.
+func (a *App) Close() { a.be.close() }
+
+// StoreName says which database and store the App runs on, for the log.
+func (a *App) StoreName() string { return a.be.name }
+
+// Sweeper deletes expired keys every interval, logging each sweep at debug level.
+func (a *App) Sweeper() *core.Sweeper {
+	return &core.Sweeper{Store: a.be.store, Interval: sweepInterval, Logger: a.log}
+}
+
+// OrdersIdem is the middleware configuration of POST /v1/orders: atomic mode, so the
+// order row and the key's completion commit in one transaction.
+func (a *App) OrdersIdem() core.Config {
+	c := a.idem()
+	c.Mode = core.ModeAtomic
+	return c
+}
+
+// PaymentsIdem is the middleware configuration of POST /v1/payments: phased mode, so
+// the provider call is recorded by its own committed phase and a retry after a crash
+// resumes after it.
+func (a *App) PaymentsIdem() core.Config {
+	c := a.idem()
+	c.Mode = core.ModePhased
+	return c
+}
+
+func (a *App) idem() core.Config {
+	return core.Config{
+		Store:       a.be.store,
+		Lease:       a.cfg.Lease,
+		Logger:      a.log,
+		Fingerprint: jsonFingerprint,
+		Hooks: core.HookFunc(func(ctx context.Context, ev core.Event) {
+			if a.log.Enabled(ctx, slog.LevelDebug) {
+				a.log.LogAttrs(ctx, slog.LevelDebug, "idem: "+string(ev.Outcome), slog.String("account", ev.Scope),
+					slog.String("key", ev.Key), slog.String("route", ev.Method+" "+ev.Path), slog.Int("status", ev.Status),
+					slog.Any("error", ev.Err))
+			}
+		}),
+	}
+}
+
+// jsonFingerprint is core.Fingerprint for an API that reads every body as JSON, whatever
+// its Content-Type: the body is canonicalised (RFC 8785) even when the client sent none
+// (curl -d sends application/x-www-form-urlencoded), so key order and white space never
+// make a retry a different payload. core.Fingerprint alone canonicalises only bodies
+// labelled JSON.
+func jsonFingerprint(r *http.Request, body []byte) ([]byte, error) {
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+		r2 := *r
+		r2.Header = r.Header.Clone()
+		r2.Header.Set("Content-Type", "application/json")
+		r = &r2
+	}
+	return core.Fingerprint(r, body)
+}
+
+// Authenticate returns the caller's account from the X-Account-ID header, or the 401
+// problem to answer when it is missing or empty.
+func Authenticate(r *http.Request) (account string, reject *Reply) {
+	if account = r.Header.Get(AccountHeader); account != "" {
+		return account, nil
+	}
+	rep := problem(http.StatusUnauthorized, ProblemUnauthenticated, "Unauthenticated",
+		"Every /v1 request needs an "+AccountHeader+" header naming the caller's account.")
+	rep.Header.Set("WWW-Authenticate", AccountHeader)
+	return "", &rep
+}
+
+// readBody reads the request body: the copy the idempotency middleware hands over after
+// reading it once, bounded.
+func (a *App) readBody(r *http.Request) ([]byte, *Reply) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		rep := a.fail(r.Context(), "reading the request body", err)
+		return nil, &rep
+	}
+	return body, nil
+}
+
+// fail logs err and answers 500: the key is released and a retry runs again.
+func (a *App) fail(ctx context.Context, what string, err error) Reply {
+	a.log.LogAttrs(ctx, slog.LevelError, what, slog.Any("error", err))
+	return Internal()
+}

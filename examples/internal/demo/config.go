@@ -1,0 +1,167 @@
+package demo
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem/core"
+)
+
+// Phases of a payment, in order; the names are its recovery points and the values
+// -crash-after accepts.
+const (
+	PhaseStarted       = core.RecoveryStarted // the key is claimed
+	PhaseChargeCreated = "charge_created"     // the provider's charge is recorded locally
+)
+
+// Store names, for -store and IDEM_STORE.
+const (
+	StorePgx  = "pgx"
+	StoreGorm = "gorm"
+)
+
+// DefaultSQLiteFile is the database used when neither -db nor DATABASE_URL is set.
+const DefaultSQLiteFile = "orders.db"
+
+// Config is an example server's configuration, from its flags and environment (a flag
+// wins over its environment variable, which wins over the default).
+type Config struct {
+	// Addr is the listen address (-addr, ADDR). Default: 127.0.0.1:8080.
+	Addr string
+	// DB is the database (-db, DATABASE_URL): a postgres:// or postgresql:// URL, or
+	// "sqlite:PATH". Default: "" (the SQLite file orders.db in the working directory).
+	DB string
+	// Store picks the store for a PostgreSQL database (-store, IDEM_STORE): pgx or gorm.
+	// SQLite always uses gorm. Default: pgx.
+	Store string
+	// Lease is how long an in-progress payment blocks takeover (-lease, IDEM_LEASE).
+	// Default: 60s.
+	Lease time.Duration
+	// CrashAfter makes the process exit with status 3 right after this payment phase
+	// commits, before any response (-crash-after, IDEM_CRASH_AFTER): started or
+	// charge_created. Default: "" (off).
+	CrashAfter string
+	// LogLevel is the lowest level logged (-log-level, LOG_LEVEL): debug shows the
+	// sweeper and every idempotency outcome. Default: info.
+	LogLevel slog.Level
+}
+
+// Database kinds a Config resolves to.
+const (
+	kindSQLite   = "sqlite"
+	kindPostgres = "postgres"
+)
+
+// database returns the kind of c.DB and what to open: the SQLite file or the URL.
+func (c Config) database() (kind, target string) {
+	switch {
+	case c.DB == "":
+		return kindSQLite, DefaultSQLiteFile
+	case strings.HasPrefix(c.DB, "sqlite:"):
+		return kindSQLite, strings.TrimPrefix(c.DB, "sqlite:")
+	default:
+		return kindPostgres, c.DB
+	}
+}
+
+// ParseConfig reads the configuration of the example called name from its arguments
+// (without the program name) and the environment getenv reads. It returns flag.ErrHelp
+// for -h, after printing the usage to out.
+func ParseConfig(name string, args []string, getenv func(string) string, out io.Writer) (Config, error) {
+	env := func(key, def string) string {
+		if v := getenv(key); v != "" {
+			return v
+		}
+		return def
+	}
+	c := Config{
+		Addr:       env("ADDR", "127.0.0.1:8080"),
+		DB:         getenv("DATABASE_URL"),
+		Store:      env("IDEM_STORE", StorePgx),
+		CrashAfter: getenv("IDEM_CRASH_AFTER"),
+	}
+	lease, err := parseLease(env("IDEM_LEASE", "60s"))
+	if err != nil {
+		return Config{}, fmt.Errorf("IDEM_LEASE: %w", err)
+	}
+	c.Lease = lease
+	if err := c.LogLevel.UnmarshalText([]byte(env("LOG_LEVEL", "info"))); err != nil {
+		return Config{}, fmt.Errorf("LOG_LEVEL: %w", err)
+	}
+
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&c.Addr, "addr", c.Addr, "listen `address` (env ADDR)")
+	fs.StringVar(&c.DB, "db", c.DB, "database: a postgres:// URL, or sqlite:PATH (env DATABASE_URL; default: the SQLite file "+DefaultSQLiteFile+" in the working directory)")
+	fs.StringVar(&c.Store, "store", c.Store, "store for a PostgreSQL database: pgx or gorm (env IDEM_STORE)")
+	fs.Func("lease", "how long an in-progress payment blocks takeover, such as 60s (env IDEM_LEASE; default "+c.Lease.String()+")", func(s string) error {
+		d, err := parseLease(s)
+		c.Lease = d
+		return err
+	})
+	fs.StringVar(&c.CrashAfter, "crash-after", c.CrashAfter, "exit with status 3 right after this payment `phase` commits: started or charge_created (env IDEM_CRASH_AFTER)")
+	fs.TextVar(&c.LogLevel, "log-level", c.LogLevel, "lowest `level` logged: debug, info, warn or error (env LOG_LEVEL)")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return c, c.validate()
+}
+
+// parseLease accepts a Go duration ("90s", "2m") or a whole number of seconds.
+func parseLease(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		n, nerr := strconv.Atoi(s)
+		if nerr != nil {
+			return 0, fmt.Errorf("%q is not a duration (such as 60s)", s)
+		}
+		d = time.Duration(n) * time.Second
+	}
+	return d, nil
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Addr == "":
+		return errors.New("-addr: empty")
+	case c.Store != StorePgx && c.Store != StoreGorm:
+		return fmt.Errorf("-store: %q is neither pgx nor gorm", c.Store)
+	case c.Lease <= 0:
+		return fmt.Errorf("-lease: %s is not positive", c.Lease)
+	case c.Lease > core.DefaultRetention:
+		return fmt.Errorf("-lease: %s is longer than the keys' retention (%s)", c.Lease, core.DefaultRetention)
+	case c.CrashAfter != "" && c.CrashAfter != PhaseStarted && c.CrashAfter != PhaseChargeCreated:
+		return fmt.Errorf("-crash-after: %q is not a payment phase (%s or %s)", c.CrashAfter, PhaseStarted, PhaseChargeCreated)
+	}
+	if kind, target := c.database(); kind == kindSQLite && target == "" {
+		return errors.New("-db: sqlite: needs a file path")
+	} else if kind == kindPostgres && !strings.HasPrefix(c.DB, "postgres://") && !strings.HasPrefix(c.DB, "postgresql://") {
+		return fmt.Errorf("-db: want a postgres:// URL or sqlite:PATH, not %q", redact(c.DB))
+	}
+	return nil
+}
+
+// redact hides a password in a database URL before it is printed.
+func redact(s string) string {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return s
+	}
+	userinfo, host, ok := strings.Cut(rest, "@")
+	if !ok {
+		return s
+	}
+	if user, _, hasPass := strings.Cut(userinfo, ":"); hasPass {
+		return scheme + "://" + user + ":xxxxx@" + host
+	}
+	return s
+}

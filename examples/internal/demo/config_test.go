@@ -1,0 +1,93 @@
+package demo
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(kv ...string) func(string) string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+func TestParseConfigDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := ParseConfig("x", nil, env(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{Addr: "127.0.0.1:8080", Store: StorePgx, Lease: 60 * time.Second, LogLevel: slog.LevelInfo}
+	if c != want {
+		t.Fatalf("defaults: got %+v, want %+v", c, want)
+	}
+	if kind, target := c.database(); kind != kindSQLite || target != DefaultSQLiteFile {
+		t.Fatalf("database() = %s %s, want the SQLite file %s", kind, target, DefaultSQLiteFile)
+	}
+}
+
+func TestParseConfigEnvThenFlags(t *testing.T) {
+	t.Parallel()
+	e := env("ADDR", ":9000", "DATABASE_URL", "postgres://u@h/db", "IDEM_STORE", "gorm", "IDEM_LEASE", "5s",
+		"IDEM_CRASH_AFTER", "charge_created", "LOG_LEVEL", "debug")
+	c, err := ParseConfig("x", nil, e, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{Addr: ":9000", DB: "postgres://u@h/db", Store: StoreGorm, Lease: 5 * time.Second, CrashAfter: "charge_created", LogLevel: slog.LevelDebug}
+	if c != want {
+		t.Fatalf("from the environment: got %+v, want %+v", c, want)
+	}
+	c, err = ParseConfig("x", []string{"-addr", ":9001", "-db", "sqlite:/tmp/x.db", "-store", "pgx", "-lease", "7",
+		"-crash-after", "started", "-log-level", "warn"}, e, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = Config{Addr: ":9001", DB: "sqlite:/tmp/x.db", Store: StorePgx, Lease: 7 * time.Second, CrashAfter: "started", LogLevel: slog.LevelWarn}
+	if c != want {
+		t.Fatalf("flags over the environment: got %+v, want %+v", c, want)
+	}
+	if kind, target := c.database(); kind != kindSQLite || target != "/tmp/x.db" {
+		t.Fatalf("database() = %s %s, want SQLite /tmp/x.db", kind, target)
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		env  func(string) string
+		want string
+	}{
+		{[]string{"-store", "sqlx"}, env(), "-store"},
+		{nil, env("IDEM_STORE", "nope"), "-store"},
+		{[]string{"-lease", "0s"}, env(), "-lease"},
+		{[]string{"-lease", "soon"}, env(), "lease"},
+		{nil, env("IDEM_LEASE", "soon"), "IDEM_LEASE"},
+		{[]string{"-lease", "25h"}, env(), "retention"},
+		{[]string{"-crash-after", "finished"}, env(), "-crash-after"},
+		{[]string{"-db", "mysql://root@h/db"}, env(), "-db"},
+		{[]string{"-db", "sqlite:"}, env(), "-db"},
+		{[]string{"-db", "postgresx://u:secret@h/db"}, env(), "xxxxx"},
+		{[]string{"extra"}, env(), "unexpected argument"},
+		{nil, env("LOG_LEVEL", "loud"), "LOG_LEVEL"},
+	} {
+		_, err := ParseConfig("x", tc.args, tc.env, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseConfig(%q): error %v, want one mentioning %q", tc.args, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("ParseConfig(%q): error %v shows the password", tc.args, err)
+		}
+	}
+	if _, err := ParseConfig("x", []string{"-h"}, env(), io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: error %v, want flag.ErrHelp", err)
+	}
+}

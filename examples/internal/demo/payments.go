@@ -1,0 +1,153 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/idemkit/idem/core"
+)
+
+// Payment is a payment as the API returns it.
+type Payment struct {
+	ID          string `json:"id"`
+	AmountCents int64  `json:"amount_cents"`
+	Currency    string `json:"currency"`
+	ChargeID    string `json:"charge_id"`
+	CreatedAt   string `json:"created_at"`
+}
+
+// CreatePayment handles POST /v1/payments behind the phased middleware:
+//
+//  1. started: the middleware committed the claim before this runs.
+//  2. charge_created: the provider is called with the derived key <key>:charge (in its
+//     own transaction), and the charge id is recorded in this phase's transaction, which
+//     commits with the recovery point. A retry that takes over after a crash skips the
+//     phase and reads the charge id back; the provider would return the same charge
+//     anyway, since the derived key is stable.
+//  3. finished: the payment row is written in the request's final transaction, which
+//     commits together with the recorded 201.
+//
+// An invalid body is a 400 problem, recorded and replayed like a success.
+func (a *App) CreatePayment(r *http.Request, account string) Reply {
+	ctx := r.Context()
+	op := core.OperationFrom(ctx)
+	if a.cfg.CrashAfter == PhaseStarted && !op.Resumed() {
+		a.crash(PhaseStarted) // the claim committed before the handler ran
+	}
+	body, bad := a.readBody(r)
+	if bad != nil {
+		return *bad
+	}
+	in, bad := parsePayment(body)
+	if bad != nil {
+		return *bad
+	}
+
+	var charge Charge
+	ran := false
+	err := op.Phase(ctx, PhaseChargeCreated, func(ctx context.Context) error {
+		// The provider first: the phase's transaction opens on its first use below, so
+		// on SQLite the provider's own transaction does not wait for this one's lock.
+		c, err := a.provider.charge(ctx, account, op.DerivedKey("charge"), in.AmountCents, in.Currency)
+		if err != nil {
+			return err
+		}
+		tx, err := a.be.tx(ctx)
+		if err != nil {
+			return err
+		}
+		err = tx.Exec(ctx, `INSERT INTO payment_charges (account, idempotency_key, charge_id) VALUES (?, ?, ?)
+			ON CONFLICT (account, idempotency_key) DO UPDATE SET charge_id = excluded.charge_id`, account, op.Key(), c.ID)
+		if err != nil {
+			return err
+		}
+		charge, ran = c, true
+		return nil
+	})
+	switch {
+	case errors.Is(err, errKeyConflict):
+		a.log.WarnContext(ctx, "payments: the provider refused the charge", "error", err)
+		return problem(http.StatusBadGateway, ProblemProvider, "Payment provider failed",
+			"The payment provider refused the charge; nothing was recorded.")
+	case err != nil: // a lost lease included: the middleware then answers 409
+		return a.fail(ctx, "payments: phase "+PhaseChargeCreated, err)
+	}
+	if ran && a.cfg.CrashAfter == PhaseChargeCreated {
+		a.crash(PhaseChargeCreated)
+	}
+
+	tx, err := a.be.tx(ctx) // the final transaction, committed with the response
+	if err != nil {
+		return a.fail(ctx, "payments: no idempotency transaction", err)
+	}
+	if !ran { // resumed after charge_created: read what that phase recorded
+		err := tx.QueryRow(ctx, `SELECT charge_id FROM payment_charges WHERE account = ? AND idempotency_key = ?`,
+			account, op.Key()).Scan(&charge.ID)
+		if err != nil {
+			return a.fail(ctx, "payments: read the recorded charge", err)
+		}
+	}
+	p := Payment{AmountCents: in.AmountCents, Currency: in.Currency, ChargeID: charge.ID}
+	created := now()
+	var id int64
+	err = tx.QueryRow(ctx, `INSERT INTO payments (account, amount_cents, currency, charge_id, created_at) VALUES (?, ?, ?, ?, ?) RETURNING id`,
+		account, p.AmountCents, p.Currency, p.ChargeID, a.be.createdAt(created)).Scan(&id)
+	if err != nil {
+		return a.fail(ctx, "payments: insert", err)
+	}
+	p.ID, p.CreatedAt = strconv.FormatInt(id, 10), formatTime(created)
+	return jsonReply(http.StatusCreated, p, "Location", "/v1/payments/"+p.ID)
+}
+
+const paymentColumns = `id, amount_cents, currency, charge_id, created_at`
+
+func scanPayment(r row) (Payment, error) {
+	var p Payment
+	var id int64
+	err := r.Scan(&id, &p.AmountCents, &p.Currency, &p.ChargeID, stamp{&p.CreatedAt})
+	p.ID = strconv.FormatInt(id, 10)
+	return p, err
+}
+
+// ListPayments handles GET /v1/payments: the account's payments, oldest first.
+func (a *App) ListPayments(r *http.Request, account string) Reply {
+	ctx := r.Context()
+	rs, err := a.be.db.Query(ctx, `SELECT `+paymentColumns+` FROM payments WHERE account = ? ORDER BY id`, account)
+	if err != nil {
+		return a.fail(ctx, "payments: list", err)
+	}
+	defer rs.Close()
+	list := struct {
+		Payments []Payment `json:"payments"`
+	}{Payments: []Payment{}}
+	for rs.Next() {
+		p, err := scanPayment(rs)
+		if err != nil {
+			return a.fail(ctx, "payments: list", err)
+		}
+		list.Payments = append(list.Payments, p)
+	}
+	if err := rs.Err(); err != nil {
+		return a.fail(ctx, "payments: list", err)
+	}
+	return jsonReply(http.StatusOK, list)
+}
+
+// GetPayment handles GET /v1/payments/{id}: 404 for an unknown id or another account's.
+func (a *App) GetPayment(r *http.Request, account, id string) Reply {
+	ctx := r.Context()
+	n, ok := parseID(id)
+	if !ok {
+		return notFoundReply("payment", id)
+	}
+	p, err := scanPayment(a.be.db.QueryRow(ctx, `SELECT `+paymentColumns+` FROM payments WHERE account = ? AND id = ?`, account, n))
+	switch {
+	case notFound(err):
+		return notFoundReply("payment", id)
+	case err != nil:
+		return a.fail(ctx, "payments: get", err)
+	}
+	return jsonReply(http.StatusOK, p)
+}

@@ -1,0 +1,99 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+)
+
+const (
+	// sweepInterval is short so that the demo shows the sweeper at work (LOG_LEVEL=debug).
+	sweepInterval = 10 * time.Second
+	// startTimeout bounds connecting to the database and creating the schema.
+	startTimeout = 30 * time.Second
+	// shutdownTimeout bounds the wait for in-flight requests after SIGINT/SIGTERM.
+	shutdownTimeout = 30 * time.Second
+)
+
+// Main runs the example server called name: it reads the configuration from args and the
+// environment, opens the database and creates the schema, runs the sweeper, serves the
+// handler router builds until SIGINT or SIGTERM, then waits for in-flight requests. It
+// returns the process's exit status: 0 after a clean shutdown, 1 when the server cannot
+// run, 2 for bad flags.
+func Main(name string, args []string, router func(*App) http.Handler) int {
+	return run(name, args, os.Getenv, os.Stderr, router)
+}
+
+func run(name string, args []string, getenv func(string) string, stderr io.Writer, router func(*App) http.Handler) int {
+	cfg, err := ParseConfig(name, args, getenv, stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
+	app, err := Open(startCtx, cfg, log)
+	cancel()
+	if err != nil {
+		log.Error("cannot start", "error", err)
+		return 1
+	}
+	defer app.Close()
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		log.Error("cannot listen", "error", err)
+		return 1
+	}
+	srv := &http.Server{
+		Handler:           router(app),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+
+	sweepCtx, stopSweeper := context.WithCancel(context.Background())
+	var sweeping sync.WaitGroup
+	sweeping.Go(func() { _ = app.Sweeper().Run(sweepCtx) })
+	defer func() {
+		stopSweeper()
+		sweeping.Wait()
+	}()
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("listening on "+ln.Addr().String(), "store", app.StoreName(), "lease", cfg.Lease.String())
+
+	select {
+	case err := <-served:
+		log.Error("server failed", "error", err)
+		return 1
+	case <-ctx.Done():
+	}
+	stop() // a second signal ends the process at once
+	log.Info("shutting down: waiting for in-flight requests")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		log.Error("shutdown", "error", err)
+		return 1
+	}
+	log.Info("stopped")
+	return 0
+}
