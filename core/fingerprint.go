@@ -7,8 +7,6 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-
-	"github.com/gowebpki/jcs"
 )
 
 // FingerprintFunc computes the fingerprint of a request whose body the engine has already
@@ -20,10 +18,9 @@ type FingerprintFunc func(r *http.Request, body []byte) ([]byte, error)
 type hasher struct {
 	h    hash.Hash
 	head []byte // length-prefixed method, path, query and headers
-	body []byte // canonical JSON body
 }
 
-var hasherPool = sync.Pool{New: func() any { return &hasher{h: sha256.New(), head: make([]byte, 0, 256), body: make([]byte, 0, 1024)} }}
+var hasherPool = sync.Pool{New: func() any { return &hasher{h: sha256.New(), head: make([]byte, 0, 256)} }}
 
 // Fingerprint is the default FingerprintFunc: SHA-256 over the method, the URL path, the
 // query (parameters sorted, so their order does not matter) and the body. A JSON body
@@ -66,23 +63,10 @@ func fingerprint(r *http.Request, body []byte, headers []string) ([]byte, error)
 	b = append(b, 0xff) // end of the head; the body follows
 	st.head = b
 	st.h.Write(b)
-	if len(body) > 0 && isJSON(r.Header["Content-Type"]) {
-		if canon, err := canonicalJSON(st.body[:0], body); err == nil {
-			st.body = canon
-			body = canon
-		}
-	}
-	st.h.Write(body)
-	if cap(st.body) > maxPooledBody {
-		st.body = nil
+	if len(body) == 0 || !isJSON(r.Header["Content-Type"]) || writeCanonicalJSON(st.h, body) != nil {
+		st.h.Write(body)
 	}
 	return st.h.Sum(make([]byte, 0, sha256.Size)), nil
-}
-
-// canonicalJSON appends the RFC 8785 form of src to dst.
-func canonicalJSON(dst, src []byte) ([]byte, error) {
-	canon, err := jcs.Transform(src)
-	return append(dst, canon...), err
 }
 
 // appendField appends a length-prefixed field, so that no two different requests hash
