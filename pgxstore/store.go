@@ -19,8 +19,9 @@ import (
 //
 // With a *pgxpool.Pool an atomic claim sends BEGIN and the claim in one round trip and the
 // completion and COMMIT in another. A *pgx.Conn is one connection: the store lets one
-// transaction use it at a time (others wait up to their lock wait, then get
-// core.ErrInProgress), which suits tests and command-line tools. With a pgx.Tx every claim
+// transaction use it at a time, so one atomic request (or one phased request's final
+// transaction) runs at a time and others wait up to their lock wait, then get
+// core.ErrTransient; that suits tests and command-line tools. With a pgx.Tx every claim
 // is a savepoint in your transaction and commits only when you commit it; a twin in the
 // same transaction is not held off, so use it for code that handles one request at a time.
 type DB interface {
@@ -211,7 +212,8 @@ func claimArgs(c core.Claim, tok token, wait time.Duration) []any {
 }
 
 // hold takes the connection of a single-connection DB, waiting up to wait (then
-// ErrInProgress: another request is using it). For a pool it does nothing.
+// core.ErrTransient: another request, maybe with another key, is using it). For a pool it
+// does nothing.
 func (s *Store) hold(ctx context.Context, wait time.Duration) (release func(), err error) {
 	if s.sem == nil {
 		return func() {}, nil
@@ -229,7 +231,7 @@ func (s *Store) hold(ctx context.Context, wait time.Duration) (release func(), e
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-t.C:
-		return nil, fmt.Errorf("pgxstore: the store's single connection stayed busy for %v: %w", wait, core.ErrInProgress)
+		return nil, fmt.Errorf("pgxstore: the store's single connection stayed busy for %v: %w", wait, core.ErrTransient)
 	}
 }
 
