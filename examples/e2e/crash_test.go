@@ -11,6 +11,8 @@ import (
 // retries: while the crashed attempt's lease is live the key answers 409 (and 422 for
 // another body); once it has passed, the retry resumes after the recorded phase and
 // completes the payment exactly once, with the one provider charge made before the crash.
+// A crash right after the claim (-crash-after started) is taken over the same way and
+// runs from the start.
 func TestCrashRecovery(t *testing.T) {
 	const lease = 2 * time.Second
 	eachExample(t, func(t *testing.T, app string, st storage) {
@@ -28,6 +30,11 @@ func TestCrashRecovery(t *testing.T) {
 		crashed := time.Now()
 		crash(t, s, acct, key)
 
+		// A crash right after the claim, before any phase.
+		early, earlyKey := newAccount(), newKey()
+		s = start(t, app, dir, env, "-crash-after", "started", "-lease", lease.String())
+		crash(t, s, early, earlyKey)
+
 		s = start(t, app, dir, env, "-lease", lease.String())
 
 		// The held key: in progress, so 409 with Retry-After: 1; another body is 422.
@@ -38,48 +45,25 @@ func TestCrashRecovery(t *testing.T) {
 		}
 		requireProblem(t, s.post(t, "/v1/payments", held, heldKey, `{"amount_cents":1,"currency":"EUR"}`), http.StatusUnprocessableEntity)
 
-		// The charge_created phase committed before the crash: the provider has the charge.
+		// The charge_created phase committed before the crash: the provider has the charge;
+		// the crash after the claim left none.
 		charges := list(t, s.get(t, "/v1/provider/charges", acct), "charges")
 		if len(charges) != 1 {
 			t.Fatalf("%d provider charges after the crash, want 1", len(charges))
 		}
 		chargeID := str(t, charges[0], "id")
-
-		// Retry until the crashed attempt's lease has passed: 409 before, then 201.
-		var done *response
-		deadline := crashed.Add(lease + 20*time.Second)
-		conflicts := 0
-		for done == nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("no 201 within %s of the crash (%d conflicts)", time.Since(crashed).Round(time.Millisecond), conflicts)
-			}
-			r := s.post(t, "/v1/payments", acct, key, payment)
-			switch r.Status {
-			case http.StatusConflict:
-				requireProblem(t, r, http.StatusConflict)
-				if time.Since(crashed) > lease+10*time.Second {
-					t.Fatalf("still 409 %s after the crash, with a lease of %s", time.Since(crashed).Round(time.Millisecond), lease)
-				}
-				conflicts++
-				time.Sleep(200 * time.Millisecond)
-			case http.StatusCreated:
-				done = r
-			default:
-				t.Fatalf("retry after the crash: %s", r)
-			}
+		if n := len(list(t, s.get(t, "/v1/provider/charges", early), "charges")); n != 0 {
+			t.Fatalf("%d provider charges after a crash before any phase, want 0", n)
 		}
-		t.Logf("resumed %s after the crash, after %d conflicts", time.Since(crashed).Round(time.Millisecond), conflicts)
-		requireFresh(t, done) // a resume runs the operation: not a replay
+
+		done := resume(t, s, acct, key, crashed, lease)
 		if got := str(t, done.Body, "charge_id"); got != chargeID {
 			t.Fatalf("the payment has charge %s, want %s, made before the crash", got, chargeID)
 		}
-		requireReplay(t, done, s.post(t, "/v1/payments", acct, key, payment))
-		payments := list(t, s.get(t, "/v1/payments", acct), "payments")
-		if len(payments) != 1 {
-			t.Fatalf("%d payments, want 1", len(payments))
-		}
-		requireSameFields(t, payments[0], done.Body)
 		requireOneCharge(t, s, acct, key, chargeID, 1250)
+
+		earlyDone := resume(t, s, early, earlyKey, crashed, lease)
+		requireOneCharge(t, s, early, earlyKey, str(t, earlyDone.Body, "charge_id"), 1250)
 
 		// The held key's account has its one charge and no payment.
 		requireOneCharge(t, s, held, heldKey, "", 1250)
@@ -90,8 +74,45 @@ func TestCrashRecovery(t *testing.T) {
 	})
 }
 
-// crash sends a payment to a server started with -crash-after charge_created: the
-// process must exit with status 3 without answering.
+// resume retries a crashed payment until the crashed attempt's lease has passed (409
+// before) and requires the 201 that resumes it to be fresh, then replayed, and to be the
+// account's one payment.
+func resume(t *testing.T, s *server, acct, key string, crashed time.Time, lease time.Duration) *response {
+	t.Helper()
+	deadline := crashed.Add(lease + 20*time.Second)
+	conflicts := 0
+	for {
+		if time.Now().After(deadline) {
+			t.Fatalf("no 201 within %s of the crash (%d conflicts)", time.Since(crashed).Round(time.Millisecond), conflicts)
+		}
+		r := s.post(t, "/v1/payments", acct, key, payment)
+		switch r.Status {
+		case http.StatusConflict:
+			requireProblem(t, r, http.StatusConflict)
+			if time.Since(crashed) > lease+10*time.Second {
+				t.Fatalf("still 409 %s after the crash, with a lease of %s", time.Since(crashed).Round(time.Millisecond), lease)
+			}
+			conflicts++
+			time.Sleep(200 * time.Millisecond)
+			continue
+		case http.StatusCreated:
+		default:
+			t.Fatalf("retry after the crash: %s", r)
+		}
+		t.Logf("resumed %s after the crash, after %d conflicts", time.Since(crashed).Round(time.Millisecond), conflicts)
+		requireFresh(t, r) // a resume runs the operation: not a replay
+		requireReplay(t, r, s.post(t, "/v1/payments", acct, key, payment))
+		payments := list(t, s.get(t, "/v1/payments", acct), "payments")
+		if len(payments) != 1 {
+			t.Fatalf("%d payments, want 1", len(payments))
+		}
+		requireSameFields(t, payments[0], r.Body)
+		return r
+	}
+}
+
+// crash sends a payment to a server started with -crash-after: the process must exit
+// with status 3 without answering.
 func crash(t *testing.T, s *server, acct, key string) {
 	t.Helper()
 	r, err := s.try(http.MethodPost, "/v1/payments", payment,
