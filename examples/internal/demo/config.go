@@ -100,7 +100,7 @@ func ParseConfig(name string, args []string, getenv func(string) string, out io.
 	fs.StringVar(&c.Addr, "addr", c.Addr, "listen `address` (env ADDR)")
 	fs.StringVar(&c.DB, "db", c.DB, "database: a postgres:// URL, or sqlite:PATH (env DATABASE_URL; default: the SQLite file "+DefaultSQLiteFile+" in the working directory)")
 	fs.StringVar(&c.Store, "store", c.Store, "store for a PostgreSQL database: pgx or gorm (env IDEM_STORE)")
-	fs.Func("lease", "how long an in-progress payment blocks takeover, such as 60s (env IDEM_LEASE; default "+c.Lease.String()+")", func(s string) error {
+	fs.Func("lease", "how long an in-progress payment blocks takeover: a `duration` such as 60s (env IDEM_LEASE; default "+c.Lease.String()+")", func(s string) error {
 		d, err := parseLease(s)
 		c.Lease = d
 		return err
