@@ -25,7 +25,8 @@ type benchOrder struct {
 
 // BenchmarkAtomic compares, on PostgreSQL with a pool of 16 connections, a bare GORM
 // create in a transaction with the same create through gormstore in atomic mode (claim,
-// the create via gormstore.DB, completion and commit), and a replay of a completed key.
+// the create via gormstore.DB, completion and commit), and a replay of a completed key,
+// with and without WithLookupFirst.
 //
 //	go test -run '^$' -bench BenchmarkAtomic -benchtime 3s ./gormstore
 func BenchmarkAtomic(b *testing.B) {
@@ -33,8 +34,12 @@ func BenchmarkAtomic(b *testing.B) {
 	if err := db.AutoMigrate(&benchOrder{}); err != nil {
 		b.Fatal(err)
 	}
-	store := migrated(b, db)
+	table := testdb.Name("keys")
+	store := gormstore.New(db, gormstore.WithTable(table))
 	ctx := context.Background()
+	if err := store.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
 	prefix := testdb.Name("k")
 	resp := &core.Response{Status: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}},
 		Body: []byte(`{"id":1,"status":"created"}`)}
@@ -80,16 +85,31 @@ func BenchmarkAtomic(b *testing.B) {
 		})
 	})
 
-	b.Run("replay", func(b *testing.B) {
-		key := prefix + "1"
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				_, rec, err := store.Claim(ctx, claim(key))
-				if err != nil || rec == nil {
-					b.Errorf("replay: record %v, err %v", rec, err)
-					return
+	// The replayed key, completed once.
+	replayKey := prefix + "replayed"
+	lock, _, err := store.Claim(ctx, claim(replayKey))
+	if err != nil || lock == nil {
+		b.Fatalf("claim: lock %v, err %v", lock, err)
+	}
+	if err := lock.Complete(ctx, resp); err != nil {
+		b.Fatal(err)
+	}
+	replay := func(store core.Store) func(b *testing.B) {
+		return func(b *testing.B) {
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					lock, rec, err := store.Claim(ctx, claim(replayKey))
+					if lock != nil {
+						_ = lock.Release(ctx)
+					}
+					if err != nil || rec == nil {
+						b.Errorf("replay: record %v, err %v", rec, err)
+						return
+					}
 				}
-			}
-		})
-	})
+			})
+		}
+	}
+	b.Run("replay", replay(store))
+	b.Run("replay-lookup-first", replay(gormstore.New(db, gormstore.WithTable(table), gormstore.WithLookupFirst())))
 }
