@@ -99,6 +99,8 @@
 // atomic mode a keyed request holds the write lock while its handler runs, so concurrent
 // keyed requests, whatever their keys, run one after the other and one that waits longer
 // than the lock wait gets 409. Use phased mode (core.Config.Mode) where handlers are slow.
+// A handler that writes through the plain *gorm.DB instead of DB(ctx) waits for its own
+// request's write lock until busy_timeout runs out.
 // The store's other statements wait up to the connection's busy_timeout (the driver's
 // default is 5s). SQLite runs in the application's process, so the store uses the
 // application's clock, stored as fixed-width UTC text ("2006-01-02 15:04:05.000000").
