@@ -5,7 +5,6 @@ import (
 	"hash"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 )
 
@@ -23,10 +22,10 @@ type hasher struct {
 var hasherPool = sync.Pool{New: func() any { return &hasher{h: sha256.New(), head: make([]byte, 0, 256)} }}
 
 // Fingerprint is the default FingerprintFunc: SHA-256 over the method, the URL path, the
-// query (parameters sorted, so their order does not matter) and the body. A JSON body
-// (Content-Type application/json or any +json type) is canonicalised per RFC 8785 first,
-// so key order and white space do not matter while values do; a body that does not parse
-// as JSON, and every other body, is hashed as bytes.
+// query (parameters sorted, so their order does not matter) and the body. A body that is
+// one valid JSON value is canonicalised per RFC 8785 first, whatever its Content-Type
+// (clients such as curl -d send JSON as a form), so key order and white space do not
+// matter while values do; any other body is hashed as bytes.
 func Fingerprint(r *http.Request, body []byte) ([]byte, error) {
 	return fingerprint(r, body, nil)
 }
@@ -63,7 +62,7 @@ func fingerprint(r *http.Request, body []byte, headers []string) ([]byte, error)
 	b = append(b, 0xff) // end of the head; the body follows
 	st.head = b
 	st.h.Write(b)
-	if len(body) == 0 || !isJSON(r.Header["Content-Type"]) || writeCanonicalJSON(st.h, body) != nil {
+	if len(body) == 0 || writeCanonicalJSON(st.h, body) != nil {
 		st.h.Write(body)
 	}
 	return st.h.Sum(make([]byte, 0, sha256.Size)), nil
@@ -83,20 +82,4 @@ func canonicalQuery(raw string) string {
 		return raw
 	}
 	return q.Encode()
-}
-
-// isJSON reports whether the Content-Type is application/json or a +json type, without
-// allocating.
-func isJSON(values []string) bool {
-	if len(values) == 0 {
-		return false
-	}
-	mt := values[0]
-	if i := strings.IndexByte(mt, ';'); i >= 0 {
-		mt = mt[:i]
-	}
-	mt = strings.TrimSpace(mt)
-	const appJSON, plusJSON = "application/json", "+json"
-	return strings.EqualFold(mt, appJSON) ||
-		len(mt) > len(plusJSON) && strings.EqualFold(mt[len(mt)-len(plusJSON):], plusJSON) && strings.IndexByte(mt, '/') > 0
 }

@@ -35,6 +35,8 @@ func TestFingerprint(t *testing.T) {
 		"charset parameter":         fp(t, "POST", "/v1/orders", "application/json; charset=utf-8", `{"quantity":2,"item":"book"}`),
 		"number spelling":           fp(t, "POST", "/v1/orders", js, `{"item":"book","quantity":2.0}`),
 		"escaped string":            fp(t, "POST", "/v1/orders", js, `{"item":"b\u006fok","quantity":2}`),
+		"sent as a form (curl -d)":  fp(t, "POST", "/v1/orders", "application/x-www-form-urlencoded", "{ \"quantity\": 2, \"item\": \"book\" }"),
+		"no Content-Type":           fp(t, "POST", "/v1/orders", "", `{"quantity":2,"item":"book"}`),
 	}
 	for name, got := range same {
 		if !bytes.Equal(got, base) {
@@ -42,12 +44,11 @@ func TestFingerprint(t *testing.T) {
 		}
 	}
 	differ := map[string][]byte{
-		"value":         fp(t, "POST", "/v1/orders", js, `{"item":"book","quantity":3}`),
-		"method":        fp(t, "PATCH", "/v1/orders", js, `{"item":"book","quantity":2}`),
-		"path":          fp(t, "POST", "/v1/payments", js, `{"item":"book","quantity":2}`),
-		"query":         fp(t, "POST", "/v1/orders?dry_run=1", js, `{"item":"book","quantity":2}`),
-		"extra field":   fp(t, "POST", "/v1/orders", js, `{"item":"book","quantity":2,"x":null}`),
-		"not JSON type": fp(t, "POST", "/v1/orders", "text/plain", "{ \"quantity\": 2, \"item\": \"book\" }"),
+		"value":       fp(t, "POST", "/v1/orders", js, `{"item":"book","quantity":3}`),
+		"method":      fp(t, "PATCH", "/v1/orders", js, `{"item":"book","quantity":2}`),
+		"path":        fp(t, "POST", "/v1/payments", js, `{"item":"book","quantity":2}`),
+		"query":       fp(t, "POST", "/v1/orders?dry_run=1", js, `{"item":"book","quantity":2}`),
+		"extra field": fp(t, "POST", "/v1/orders", js, `{"item":"book","quantity":2,"x":null}`),
 	}
 	for name, got := range differ {
 		if bytes.Equal(got, base) {
@@ -59,6 +60,9 @@ func TestFingerprint(t *testing.T) {
 	}
 	if !bytes.Equal(fp(t, "POST", "/x", js, "{not json"), fp(t, "POST", "/x", js, "{not json")) {
 		t.Error("invalid JSON is not hashed deterministically")
+	}
+	if bytes.Equal(fp(t, "POST", "/x", "text/plain", "a b"), fp(t, "POST", "/x", "text/plain", "a  b")) {
+		t.Error("a non-JSON body must be hashed as bytes")
 	}
 	if bytes.Equal(fp(t, "POST", "/x", js, "{not json"), fp(t, "POST", "/x", js, "{not  json")) {
 		t.Error("invalid JSON must be hashed as bytes")
