@@ -81,7 +81,7 @@ func label(sql string) string {
 		return "begin"
 	case s == "commit", s == "rollback":
 		return s
-	case strings.HasPrefix(s, "with ins as"):
+	case strings.HasPrefix(s, "with ins as"), strings.HasPrefix(s, "insert into") && strings.Contains(s, "idempotency_keys"):
 		return "claim"
 	case strings.HasPrefix(s, "select false,"):
 		return "lookup"
@@ -120,9 +120,9 @@ func TestStatementBudget(t *testing.T) {
 		name:  "atomic",
 		mode:  core.ModeAtomic,
 		first: []string{"begin", "claim", "orders", "complete", "commit"}, firstR: 3,
-		// The claim statement returns the completed row; the transaction it opened is
+		// The claim conflicts; the lookup reads the completed row; the transaction is
 		// rolled back.
-		replay: []string{"begin", "claim", "rollback"}, replyR: 2,
+		replay: []string{"begin", "claim", "lookup", "rollback"}, replyR: 3,
 	}, {
 		name:  "atomic-lookup-first",
 		mode:  core.ModeAtomic,

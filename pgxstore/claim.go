@@ -112,10 +112,14 @@ type result struct {
 	takenOver bool
 }
 
-// settle turns the first row of a claim into a result, running the replace, takeover or
-// claim statement again (in tx, or on their own when tx is nil) until the key holds
-// still. Every write is conditional, so of several racers exactly one wins.
-func (s *Store) settle(ctx context.Context, tx pgx.Tx, c core.Claim, tok token, args []any, row *claimRow, found bool) (result, error) {
+// reader reads the key again after a lost race: claims it if absent, or returns the row
+// holding it (found false: neither, the row changed under the statement).
+type reader func(row *claimRow) (found bool, err error)
+
+// settle turns the first row of a claim into a result, running the replace or takeover
+// statement (in tx, or on their own when tx is nil) and reading the key again until it
+// holds still. Every write is conditional, so of several racers exactly one wins.
+func (s *Store) settle(ctx context.Context, tx pgx.Tx, c core.Claim, tok token, read reader, row *claimRow, found bool) (result, error) {
 	for range maxSettle {
 		switch decide(row, found, c.Fingerprint) {
 		case vClaimed:
@@ -148,13 +152,21 @@ func (s *Store) settle(ctx context.Context, tx pgx.Tx, c core.Claim, tok token, 
 		}
 		// Lost a race or met a row that changed: read the key again.
 		*row = claimRow{}
-		err := s.scan(ctx, tx, c.LockWait, s.q.claim, args, row.dest()...)
-		found = err == nil
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		var err error
+		if found, err = read(row); err != nil {
 			return result{}, err
 		}
 	}
 	return result{}, fmt.Errorf("pgxstore: key %q kept changing under the claim: %w", c.Key, core.ErrTransient)
+}
+
+// scanRow runs a one-row query into row; no row is found false, not an error.
+func (s *Store) scanRow(ctx context.Context, tx pgx.Tx, wait time.Duration, sql string, args []any, row *claimRow) (bool, error) {
+	err := s.scan(ctx, tx, wait, sql, args, row.dest()...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // claimPhased claims with statements that each commit on their own: a fresh key or a
@@ -162,12 +174,13 @@ func (s *Store) settle(ctx context.Context, tx pgx.Tx, c core.Claim, tok token, 
 func (s *Store) claimPhased(ctx context.Context, c core.Claim) (core.Lock, *core.Record, error) {
 	tok := newToken()
 	args := claimArgs(c, tok, c.LockWait)
+	read := func(row *claimRow) (bool, error) { return s.scanRow(ctx, nil, c.LockWait, s.q.claim, args, row) }
 	var row claimRow
-	err := s.scan(ctx, nil, c.LockWait, s.q.claim, args, row.dest()...)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	found, err := read(&row)
+	if err != nil {
 		return nil, nil, classify(ctx, "claim", err, true)
 	}
-	res, err := s.settle(ctx, nil, c, tok, args, &row, err == nil)
+	res, err := s.settle(ctx, nil, c, tok, read, &row, found)
 	if err != nil {
 		return nil, nil, classify(ctx, "claim", err, true)
 	}
@@ -207,10 +220,9 @@ func (s *Store) claimAtomic(ctx context.Context, c core.Claim) (core.Lock, *core
 
 func (s *Store) claimAtomicOnce(ctx context.Context, c core.Claim, wait time.Duration) (core.Lock, *core.Record, error) {
 	tok := newToken()
-	args := claimArgs(c, tok, wait)
+	args := claimArgs(c, tok, wait)[:8]
 	l := &atomicLock{s: s, scope: c.Scope, key: c.Key, tok: tok}
 	var row claimRow
-	var err error
 	conn, release, fast, err := s.dedicated(ctx, wait)
 	switch {
 	case err != nil:
@@ -220,11 +232,11 @@ func (s *Store) claimAtomicOnce(ctx context.Context, c core.Claim, wait time.Dur
 		l.conn, l.release = conn, release
 		b := &pgx.Batch{}
 		b.BeginTx(pgx.TxOptions{IsoLevel: s.iso})
-		b.Queue(s.q.claim, args...)
+		b.Queue(s.q.insert, args...)
 		br := conn.SendBatch(ctx, b)
 		l.tx = br.Tx()
 		if _, err = br.Exec(); err == nil {
-			err = br.QueryRow().Scan(row.dest()...)
+			err = br.QueryRow().Scan(&row.claimed)
 		}
 		if cerr := br.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) {
 			if cerr != nil {
@@ -235,13 +247,31 @@ func (s *Store) claimAtomicOnce(ctx context.Context, c core.Claim, wait time.Dur
 		if l.tx, err = s.begin(ctx, wait); err != nil {
 			return nil, nil, classify(ctx, "claim", err, true)
 		}
-		err = l.tx.QueryRow(ctx, s.q.claim, args...).Scan(row.dest()...)
+		err = l.tx.QueryRow(ctx, s.q.insert, args...).Scan(&row.claimed)
 	}
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = nil
+	}
+	// read claims the key, or reads the row holding it: a conflict makes the INSERT wait
+	// for a twin in flight, and the lookup (a new snapshot at READ COMMITTED) sees what
+	// the twin committed.
+	read := func(row *claimRow) (bool, error) {
+		if err := l.tx.QueryRow(ctx, s.q.insert, args...).Scan(&row.claimed); err == nil {
+			return true, nil
+		} else if !errors.Is(err, pgx.ErrNoRows) {
+			return false, err
+		}
+		return s.scanRow(ctx, l.tx, wait, s.q.lookup, []any{c.Scope, c.Key, c.Retention.Microseconds()}, row)
+	}
+	found := row.claimed
+	if err == nil && !found {
+		found, err = s.scanRow(ctx, l.tx, wait, s.q.lookup, []any{c.Scope, c.Key, c.Retention.Microseconds()}, &row)
+	}
+	if err != nil {
 		l.abort(ctx)
 		return nil, nil, classify(ctx, "claim", err, true)
 	}
-	res, err := s.settle(ctx, l.tx, c, tok, args, &row, err == nil)
+	res, err := s.settle(ctx, l.tx, c, tok, read, &row, found)
 	if err != nil {
 		l.abort(ctx)
 		return nil, nil, classify(ctx, "claim", err, true)

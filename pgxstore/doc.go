@@ -31,11 +31,11 @@
 // One transaction per keyed request, on one connection:
 //
 //   - BEGIN and the claim go in one round trip. The claim is the transaction's first
-//     write: INSERT … ON CONFLICT DO NOTHING, in a statement that also returns the row
-//     holding the key when there is one (a replay needs no other statement). A twin in
-//     flight makes the INSERT wait for it; the wait is bounded by lock_timeout, set for the
-//     transaction (so the handler's own statements run under it too; SET LOCAL
-//     lock_timeout again if they need longer), and its expiry answers 409.
+//     write: INSERT … ON CONFLICT DO NOTHING RETURNING; on a conflict a SELECT reads the
+//     row holding the key. A twin in flight makes the INSERT wait for it; the wait is
+//     bounded by lock_timeout, set for the transaction (so the handler's own statements
+//     run under it too; SET LOCAL lock_timeout again if they need longer), and its expiry
+//     answers 409.
 //   - The handler writes through Tx(ctx).
 //   - A storable response: the completion UPDATE and COMMIT go in one round trip, before
 //     the response is sent. A failed commit (a deferred constraint, say) is a 503 and
@@ -45,8 +45,8 @@
 //     store retries its claim (nothing of the request has run yet), and it replays.
 //
 // A first request thus costs the handler's statements plus four (BEGIN, claim, completion,
-// COMMIT) in two round trips of the store's own; a replay three (BEGIN, claim,
-// ROLLBACK) in two round trips, or with WithLookupFirst one statement outside a
+// COMMIT) in two round trips of the store's own; a replay four (BEGIN, claim, lookup,
+// ROLLBACK) in three round trips, or with WithLookupFirst one statement outside a
 // transaction (first requests then pay one more round trip).
 //
 // # Phased mode

@@ -30,26 +30,27 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+const startPostgres = "start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
+
 // poolSize is the size of the pools the tests and benchmarks use.
 const poolSize = 16
 
 var (
 	poolMu sync.Mutex
-	pools  []*pgxpool.Pool
 	shared *pgxpool.Pool
 )
 
 func closePools() {
 	poolMu.Lock()
 	defer poolMu.Unlock()
-	for _, p := range pools {
-		p.Close()
+	if shared != nil {
+		shared.Close()
+		shared = nil
 	}
-	pools, shared = nil, nil
 }
 
-// newPool opens a pool of size connections on the test server, closed at the end of the
-// run, with tracer (if not nil) on every connection.
+// newPool opens a pool of size connections on the test server, closed when the test (or
+// benchmark run) ends, with tracer (if not nil) on every connection.
 func newPool(t testing.TB, size int32, tracer pgx.QueryTracer) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(testdb.PostgresURL())
@@ -62,32 +63,41 @@ func newPool(t testing.TB, size int32, tracer pgx.QueryTracer) *pgxpool.Pool {
 	defer cancel()
 	p, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err == nil {
-		err = p.Ping(ctx)
+		if err = p.Ping(ctx); err != nil {
+			p.Close()
+		}
 	}
 	if err != nil {
-		t.Fatalf("PostgreSQL at %s is unreachable (%v); start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start",
-			testdb.PostgresURL(), err)
+		t.Fatalf("PostgreSQL at %s is unreachable (%v); %s", testdb.PostgresURL(), err, startPostgres)
 	}
-	poolMu.Lock()
-	pools = append(pools, p)
-	poolMu.Unlock()
+	t.Cleanup(p.Close)
 	return p
 }
 
-// sharedPool is one pool for the tests that need nothing special: each test keeps its
-// tables in a schema of its own and names them schema-qualified.
+// sharedPool is one pool for the tests that need nothing special, closed at the end of
+// the run: each test keeps its tables in a schema of its own and names them
+// schema-qualified.
 func sharedPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	poolMu.Lock()
-	p := shared
-	poolMu.Unlock()
-	if p != nil {
-		return p
-	}
-	p = newPool(t, poolSize, nil)
-	poolMu.Lock()
 	defer poolMu.Unlock()
 	if shared == nil {
+		cfg, err := pgxpool.ParseConfig(testdb.PostgresURL())
+		if err != nil {
+			t.Fatalf("parse %s: %v", testdb.PostgresURL(), err)
+		}
+		cfg.MaxConns = poolSize
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err == nil {
+			if err = p.Ping(ctx); err != nil {
+				p.Close()
+			}
+		}
+		if err != nil {
+			t.Fatalf("PostgreSQL at %s is unreachable (%v); %s", testdb.PostgresURL(), err, startPostgres)
+		}
 		shared = p
 	}
 	return shared

@@ -34,7 +34,8 @@ const (
 type queries struct {
 	schema   string // the DDL of schema.sql
 	migrate  string // schema under an advisory lock
-	claim    string
+	claim    string // phased: claim, or return the row holding the key
+	insert   string // atomic: claim only
 	lookup   string
 	replace  string
 	takeover string
@@ -61,12 +62,12 @@ func newQueries(table pgx.Identifier) queries {
 		schema:  schema,
 		migrate: fmt.Sprintf("SELECT pg_advisory_xact_lock(%d);\n%s", migrateLock, schema),
 
-		// The claim: the first write of the request. The INSERT either creates the key or,
+		// The phased claim, committing on its own. The INSERT either creates the key or,
 		// when a committed row holds it, does nothing and the second branch returns that
 		// row with what the store needs to decide (live lease, past retention), so a replay
-		// is this one statement. A twin transaction in flight makes the INSERT wait for it;
-		// set_config bounds that wait (lock_timeout, 55P03). It sits in the INSERT's WHERE
-		// so it runs before the row is inserted, and is local to the transaction.
+		// is this one statement. A twin in flight makes the INSERT wait for it; set_config
+		// bounds that wait (lock_timeout, 55P03). It sits in the INSERT's WHERE so it runs
+		// before the row is inserted, and is local to the transaction.
 		//
 		// $1 scope, $2 key, $3 fingerprint, $4 method, $5 path, $6 lease token,
 		// $7 lease (µs), $8 lock_timeout (ms), $9 retention (µs).
@@ -86,6 +87,17 @@ UNION ALL
 SELECT false, %[2]s, %[3]s, %[4]s
 FROM %[1]s
 WHERE scope = $1 AND idem_key = $2 AND NOT EXISTS (SELECT 1 FROM ins)`, t, recordCols, liveExpr, expired(9)),
+
+		// insert is the atomic claim: the transaction's first write, nothing else, so the
+		// first request (the common case) pays for no more than the INSERT; on a conflict
+		// lookup reads the holder. Arguments as for claim, without the retention.
+		insert: fmt.Sprintf(`INSERT INTO %s (scope, idem_key, request_hash, method, path, state, recovery_point,
+	locked_until, lease_token, created_at)
+SELECT $1::text, $2::text, $3::bytea, $4::text, $5::text, 'started', 'started',
+	now() + $7::bigint * interval '1 microsecond', $6::uuid, now()
+WHERE set_config('lock_timeout', $8::text, true) IS NOT NULL
+ON CONFLICT (scope, idem_key) DO NOTHING
+RETURNING true`, t),
 
 		// lookup reads a key without claiming it. $1 scope, $2 key, $3 retention (µs).
 		lookup: fmt.Sprintf(`SELECT false, %[2]s, %[3]s, %[4]s FROM %[1]s WHERE scope = $1 AND idem_key = $2`,
