@@ -364,3 +364,67 @@ func TestInsideTx(t *testing.T) {
 		t.Fatalf("%d keys remain after the caller's rollback", n)
 	}
 }
+
+// TestAtomicTakeover: an atomic claim takes over a phased key whose lease ran out, with
+// its recovery point; the stale phased lock then loses every write.
+func TestAtomicTakeover(t *testing.T) {
+	t.Parallel()
+	store, _ := newStore(t, sharedPool(t))
+	ctx := t.Context()
+	c := testClaim("k", core.ModePhased)
+	c.Lease = 100 * time.Millisecond
+	stale := mustLock(t, store, c)
+	if err := stale.Phase(ctx, "charged", func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+
+	a := c
+	a.Mode = core.ModeAtomic
+	lock := mustLock(t, store, a)
+	if !lock.TakenOver() || lock.RecoveryPoint() != "charged" {
+		t.Fatalf("atomic claim of an expired lease: taken over %v, point %q; want true, charged", lock.TakenOver(), lock.RecoveryPoint())
+	}
+	if err := lock.Complete(ctx, &core.Response{Status: http.StatusCreated, Body: []byte("atomic")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := stale.Phase(ctx, "late", func(context.Context) error { return nil }); !errors.Is(err, core.ErrLeaseLost) {
+		t.Fatalf("stale phase: %v, want ErrLeaseLost", err)
+	}
+	if err := stale.Complete(ctx, &core.Response{Status: http.StatusOK}); !errors.Is(err, core.ErrLeaseLost) {
+		t.Fatalf("stale complete: %v, want ErrLeaseLost", err)
+	}
+	_, rec, err := store.Claim(ctx, c)
+	if err != nil || rec == nil || string(rec.Response.Body) != "atomic" {
+		t.Fatalf("replay: %+v, %v", rec, err)
+	}
+}
+
+// TestAtomicAbortedTransaction: a handler whose statement failed (leaving the
+// transaction aborted) cannot be completed: Complete fails, nothing remains, and the one
+// connection of the pool is healthy for the next request.
+func TestAtomicAbortedTransaction(t *testing.T) {
+	t.Parallel()
+	db := newPool(t, 1, nil)
+	store, schema := newStore(t, db)
+	ctx := t.Context()
+	c := testClaim("k", core.ModeAtomic)
+	lock := mustLock(t, store, c)
+	lctx := lock.Context(ctx)
+	if _, err := pgxstore.Tx(lctx).Exec(lctx, "SELECT 1/0"); err == nil {
+		t.Fatal("division by zero succeeded")
+	}
+	if err := lock.Complete(ctx, &core.Response{Status: http.StatusCreated}); err == nil {
+		t.Fatal("Complete of an aborted transaction succeeded")
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatalf("Release after a failed Complete: %v", err)
+	}
+	if n := count(t, db, "SELECT count(*) FROM "+schema+".idempotency_keys"); n != 0 {
+		t.Fatalf("%d keys remain", n)
+	}
+	lock = mustLock(t, store, c)
+	if err := lock.Complete(ctx, &core.Response{Status: http.StatusCreated}); err != nil {
+		t.Fatalf("the next request on the same connection: %v", err)
+	}
+}
