@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -16,9 +17,9 @@ import (
 	"github.com/idemkit/idem/pgxstore"
 )
 
-// benchParallelism gives b.RunParallel two goroutines per pool connection per GOMAXPROCS
-// … enough to keep a pool of poolSize busy on any machine.
-func benchParallelism() int { return poolSize }
+// benchParallelism makes b.RunParallel start (about) one goroutine per pool connection:
+// it starts parallelism × GOMAXPROCS goroutines.
+func benchParallelism() int { return max(1, poolSize/runtime.GOMAXPROCS(0)) }
 
 // benchSetup returns a pool of poolSize, a store on it and the schema holding its table
 // and an orders table.
