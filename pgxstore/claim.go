@@ -187,7 +187,7 @@ func (s *Store) claimPhased(ctx context.Context, c core.Claim) (core.Lock, *core
 	if res.rec != nil {
 		return nil, res.rec, nil
 	}
-	l := &phasedLock{s: s, scope: c.Scope, key: c.Key, tok: tok, lease: c.Lease, wait: c.LockWait,
+	l := &phasedLock{s: s, scope: c.Scope, key: c.Key, tok: tok, lease: c.Lease,
 		point: res.point, takenOver: res.takenOver, progress: res.point != core.RecoveryStarted}
 	l.final = &slot{open: func(ctx context.Context) (pgx.Tx, error) { return s.begin(ctx, holdWait) }}
 	return l, nil, nil
@@ -238,10 +238,8 @@ func (s *Store) claimAtomicOnce(ctx context.Context, c core.Claim, wait time.Dur
 		if _, err = br.Exec(); err == nil {
 			err = br.QueryRow().Scan(&row.claimed)
 		}
-		if cerr := br.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) {
-			if cerr != nil {
-				err = cerr
-			}
+		if cerr := br.Close(); cerr != nil && (err == nil || errors.Is(err, pgx.ErrNoRows)) {
+			err = cerr
 		}
 	default:
 		if l.tx, err = s.begin(ctx, wait); err != nil {

@@ -197,7 +197,6 @@ type phasedLock struct {
 	scope, key string
 	tok        token
 	lease      time.Duration
-	wait       time.Duration
 	point      string
 	takenOver  bool
 	progress   bool  // a phase has committed: Release keeps the key and its point

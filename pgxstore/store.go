@@ -175,7 +175,9 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) 
 	return int(ct.RowsAffected()), nil
 }
 
-// Claim claims c.Key in c.Scope, or reports the record that holds it; see core.Store.
+// Claim claims c.Key in c.Scope, or reports the record that holds it; see core.Store. A
+// zero c.LockWait takes the store's (WithLockWait), a zero c.Lease 60s, a zero
+// c.Retention keeps keys for ever; ModeDefault is atomic.
 func (s *Store) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Record, error) {
 	if c.LockWait <= 0 {
 		c.LockWait = s.lockWait
