@@ -177,6 +177,7 @@ type Lock interface {
 	// the key if no phase has committed, or else ends the lease at once while keeping the
 	// recovery point, so the next retry takes over and resumes. Fenced by the token:
 	// after a takeover it changes nothing and returns an error wrapping ErrLeaseLost.
-	// Release is safe to call after Complete, failed or not: it then changes nothing.
+	// Release is safe to call after Complete, failed or not: it then changes nothing
+	// (it may still report ErrLeaseLost for a lock that was taken over).
 	Release(ctx context.Context) error
 }

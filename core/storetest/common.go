@@ -206,9 +206,14 @@ func testScopeIsolation(s *suite) {
 	a, b := s.claim("k", "same"), s.claim("k", "same")
 	a.Scope, b.Scope = "tenant-a", "tenant-b"
 	la := s.mustFresh(a)
+	if s.mode == core.ModeAtomic {
+		// One goroutine holding two write transactions would deadlock a single-writer
+		// database (SQLite) on itself; two scopes are still two keys if taken in turn.
+		s.complete(la, created("a"))
+	}
 	lb := s.mustFresh(b)
-	s.complete(la, created("a"))
 	if s.mode == core.ModePhased {
+		s.complete(la, created("a"))
 		s.mustStarted(b, b, core.RecoveryStarted)
 	}
 	s.complete(lb, created("b"))
