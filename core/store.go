@@ -177,7 +177,8 @@ type Lock interface {
 	// the key if no phase has committed, or else ends the lease at once while keeping the
 	// recovery point, so the next retry takes over and resumes. Fenced by the token:
 	// after a takeover it changes nothing and returns an error wrapping ErrLeaseLost.
-	// Release is safe to call after Complete, failed or not: it then changes nothing
-	// (it may still report ErrLeaseLost for a lock that was taken over).
+	// Release is safe to call after Complete: after a successful one it changes nothing;
+	// after a failed one it releases only a lease this lock still holds (the completion
+	// provably did not land), and reports ErrLeaseLost for a lock that was taken over.
 	Release(ctx context.Context) error
 }
