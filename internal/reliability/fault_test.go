@@ -165,7 +165,7 @@ func closed(ch chan struct{}) func() bool {
 // tally counts what the trials of one cut saw.
 type tally struct {
 	attempted, acknowledged, duplicated, lost int
-	first2xx, first5xx, replays, reruns     int
+	first2xx, first5xx, replays, reruns       int
 }
 
 // TestFaultTrials cuts the network between pgxstore and PostgreSQL at each moment of a
