@@ -212,7 +212,13 @@ func openPool(t *testing.T, connURL string, pc poolConfig) *pgxpool.Pool {
 			"pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start", testdb.PostgresURL(), err)
 	}
 	t.Cleanup(func() {
-		// Every request has ended (the servers closed first): nothing may hold a connection.
+		// Every request has ended (the servers closed first): nothing may hold a
+		// connection. A connection pgx gave up on is counted as acquired until pgx has
+		// closed it, which may take its cancel request's 15s against a paused server.
+		deadline := time.Now().Add(20 * time.Second)
+		for p.Stat().AcquiredConns() != 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
 		if n := p.Stat().AcquiredConns(); n != 0 {
 			t.Errorf("pool still has %d acquired connections after the test", n)
 		}
