@@ -10,7 +10,11 @@
 package reliability_test
 
 import (
+	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,5 +78,46 @@ func TestPausedDatabaseWithoutDeadlineIsBounded(t *testing.T) {
 	mustProblem(t, r, http.StatusServiceUnavailable, core.ProblemStoreUnavailable, true)
 	if in.calls.Load() != 1 {
 		t.Fatalf("the handler ran %d times, want 1 (before the pause)", in.calls.Load())
+	}
+}
+
+// TestWWWAuthenticateNeverReplayable (BUG 3): Config.Validate refuses credential headers
+// in ReplayHeaders by comparing http.CanonicalHeaderKey(h) with "WWW-Authenticate", but
+// the canonical form is "Www-Authenticate", so WWW-Authenticate (in any spelling) is
+// accepted: the engine then stores it in the key table and replays it to every retry.
+// Want: core.New refuses it with ErrInvalidConfig, as it does Set-Cookie and Authorization.
+func TestWWWAuthenticateNeverReplayable(t *testing.T) {
+	t.Parallel()
+	d := newDB(t)
+	in := newInstance(t, d, instanceConfig{direct: true})
+	for _, h := range []string{"WWW-Authenticate", "www-authenticate", "Www-Authenticate"} {
+		cfg := core.Config{Store: in.store, Scope: func(r *http.Request) string { return r.Header.Get("X-Account") },
+			ReplayHeaders: []string{"Location", "Content-Type", h}}
+		eng, err := core.New(cfg)
+		if errors.Is(err, core.ErrInvalidConfig) {
+			continue
+		}
+		// Accepted: show what it costs.
+		srv := httptest.NewServer(eng.Middleware(http.HandlerFunc(in.orders)))
+		key := "www-" + h
+		send := func() *http.Response {
+			req, _ := http.NewRequest(http.MethodPost, srv.URL+"/orders?secrets=1", strings.NewReader(jsonBody(1)))
+			req.Header.Set("X-Account", "acct")
+			req.Header.Set("Idempotency-Key", key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp
+		}
+		send()
+		replay := send()
+		row, _ := d.key("acct", key)
+		srv.Close()
+		http.DefaultClient.CloseIdleConnections()
+		t.Errorf("ReplayHeaders with %q accepted (err %v): stored headers %q; replay (Idempotent-Replayed %q) carries WWW-Authenticate %q",
+			h, err, row.headers, replay.Header.Get("Idempotent-Replayed"), replay.Header.Get("WWW-Authenticate"))
 	}
 }
