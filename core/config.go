@@ -59,6 +59,12 @@ type Config struct {
 	// before answering 409. Default: 2s.
 	LockWait time.Duration
 
+	// StoreTimeout bounds every store call the engine makes, so an unresponsive
+	// database gets a 503 instead of a request that hangs: a claim may take LockWait plus
+	// StoreTimeout; recording or releasing the outcome, which runs even after the client
+	// hung up, may take StoreTimeout. Default: 5s.
+	StoreTimeout time.Duration
+
 	// Retention is how long a key is kept; an older key counts as absent. Default: 24h.
 	Retention time.Duration
 
@@ -105,6 +111,7 @@ const (
 	DefaultHeaderName      = "Idempotency-Key"
 	DefaultLease           = 60 * time.Second
 	DefaultLockWait        = 2 * time.Second
+	DefaultStoreTimeout    = 5 * time.Second
 	DefaultRetention       = 24 * time.Hour
 	DefaultMaxRequestBody  = 1 << 20
 	DefaultMaxResponseBody = 1 << 20
@@ -125,6 +132,7 @@ func DefaultConfig() Config {
 		MinKeyLength:    1,
 		Lease:           DefaultLease,
 		LockWait:        DefaultLockWait,
+		StoreTimeout:    DefaultStoreTimeout,
 		Retention:       DefaultRetention,
 		MaxRequestBody:  DefaultMaxRequestBody,
 		MaxResponseBody: DefaultMaxResponseBody,
@@ -170,6 +178,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.LockWait == 0 {
 		c.LockWait = d.LockWait
+	}
+	if c.StoreTimeout == 0 {
+		c.StoreTimeout = d.StoreTimeout
 	}
 	if c.Retention == 0 {
 		c.Retention = d.Retention
@@ -228,6 +239,8 @@ func (c Config) Validate() error {
 		return bad("LeaseWait", "negative")
 	case c.LockWait <= 0:
 		return bad("LockWait", "must be positive")
+	case c.StoreTimeout <= 0:
+		return bad("StoreTimeout", "must be positive")
 	case c.Retention < c.Lease:
 		return bad("Retention", "%s is shorter than Lease (%s)", c.Retention, c.Lease)
 	case c.MaxRequestBody < 0:
@@ -247,7 +260,7 @@ func (c Config) Validate() error {
 			return bad("ReplayHeaders", "%q is not a valid header name", h)
 		}
 		for _, n := range neverReplayed {
-			if http.CanonicalHeaderKey(h) == n {
+			if http.CanonicalHeaderKey(h) == http.CanonicalHeaderKey(n) {
 				return bad("ReplayHeaders", "%s is never stored or replayed", n)
 			}
 		}

@@ -138,7 +138,9 @@ func (e *Engine) Applies(r *http.Request) bool {
 func (e *Engine) claim(ctx context.Context, c Claim) (Lock, *Record, error) {
 	var deadline time.Time
 	for {
-		lock, rec, err := e.cfg.Store.Claim(ctx, c)
+		cctx, cancel := context.WithTimeout(ctx, e.cfg.LockWait+e.cfg.StoreTimeout)
+		lock, rec, err := e.cfg.Store.Claim(cctx, c)
+		cancel()
 		if err != nil || rec == nil || rec.State != StateStarted || e.cfg.LeaseWait <= 0 || !bytes.Equal(rec.Fingerprint, c.Fingerprint) {
 			return lock, rec, err
 		}
@@ -223,8 +225,9 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c Claim, lock L
 	defer putBuffer(buf)
 
 	// The context the outcome is recorded with: the handler's work is done, so a client
-	// that hangs up now must not abort the commit half-way.
-	rctx := context.WithoutCancel(r.Context())
+	// that hangs up now must not abort the commit half-way; StoreTimeout still bounds it.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), e.cfg.StoreTimeout)
+	defer cancel()
 	switch {
 	case op.leaseErr != nil:
 		e.release(rctx, r, c, lock, op.leaseErr)
@@ -266,7 +269,9 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c Claim, lock L
 func (e *Engine) runHandler(r *http.Request, c Claim, lock Lock, next func(http.ResponseWriter, *http.Request), buf *Buffer, r2 *http.Request) {
 	defer func() {
 		if p := recover(); p != nil {
-			e.release(context.WithoutCancel(r.Context()), r, c, lock, fmt.Errorf("idem: handler panicked: %v", p))
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), e.cfg.StoreTimeout)
+			defer cancel()
+			e.release(ctx, r, c, lock, fmt.Errorf("idem: handler panicked: %v", p))
 			panic(p)
 		}
 	}()

@@ -536,17 +536,18 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 	t.Parallel()
 	scope := func(*http.Request) string { return "" }
 	cases := map[string]core.Config{
-		"Store":         {Scope: scope},
-		"Scope":         {Store: memstore.New()},
-		"Mode":          {Store: memstore.New(), Scope: scope, Mode: core.ModeAtomic},
-		"HeaderName":    {Store: memstore.New(), Scope: scope, HeaderName: "bad header"},
-		"ReplayHeaders": {Store: memstore.New(), Scope: scope, ReplayHeaders: []string{"Location", "Set-Cookie"}},
-		"Lease":         {Store: memstore.New(), Scope: scope, Lease: -time.Second},
-		"Retention":     {Store: memstore.New(), Scope: scope, Retention: time.Second, Lease: time.Minute},
+		"Store":          {Scope: scope},
+		"Scope":          {Store: memstore.New()},
+		"Mode":           {Store: memstore.New(), Scope: scope, Mode: core.ModeAtomic},
+		"HeaderName":     {Store: memstore.New(), Scope: scope, HeaderName: "bad header"},
+		"ReplayHeaders":  {Store: memstore.New(), Scope: scope, ReplayHeaders: []string{"Location", "Set-Cookie"}},
+		"ReplayHeaders:": {Store: memstore.New(), Scope: scope, ReplayHeaders: []string{"www-authenticate"}},
+		"Lease":          {Store: memstore.New(), Scope: scope, Lease: -time.Second},
+		"Retention":      {Store: memstore.New(), Scope: scope, Retention: time.Second, Lease: time.Minute},
 	}
 	for field, cfg := range cases {
 		_, err := core.New(cfg)
-		if !errors.Is(err, core.ErrInvalidConfig) || !strings.Contains(err.Error(), field+":") {
+		if !errors.Is(err, core.ErrInvalidConfig) || !strings.Contains(err.Error(), strings.TrimSuffix(field, ":")+":") {
 			t.Errorf("%s: err = %v, want ErrInvalidConfig naming %s", field, err, field)
 		}
 	}
