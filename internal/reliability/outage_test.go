@@ -1,9 +1,13 @@
 package reliability_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem/core"
 )
@@ -101,5 +105,49 @@ func TestStoreOutageMidRun(t *testing.T) {
 	}
 	if n := in.calls.Load(); n != calls+4 {
 		t.Fatalf("the handler ran %d times after the outage, want 4", n-calls)
+	}
+}
+
+// TestClientHangsUp: the client goes away while its handler runs. The server cancels
+// the request's context; the engine rolls back (no key, no order) instead of recording a
+// response nobody received, and the client's retry with the same key runs it once.
+func TestClientHangsUp(t *testing.T) {
+	t.Parallel()
+	d := newDB(t)
+	in := newInstance(t, d, instanceConfig{direct: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var hungUp atomic.Bool
+	in.setHooks(hooks{afterWrite: func(r *http.Request) int {
+		if core.OperationFrom(r.Context()).Key() != "hang-up" || hungUp.Swap(true) {
+			return 0
+		}
+		cancel() // the client hangs up
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+		return 0
+	}})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, in.srv.URL+"/orders?", strings.NewReader(jsonBody(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Account", "acct")
+	req.Header.Set("Idempotency-Key", "hang-up")
+	if r := in.do(req); r.err == nil {
+		t.Fatalf("the client hung up but got %v", r)
+	}
+	// The server finishes the request on its own time: wait until its key is released.
+	deadline := time.Now().Add(10 * time.Second)
+	for d.count(`SELECT count(*) FROM idempotency_keys`) != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, ok := d.key("acct", "hang-up"); ok || d.orders("acct", "hang-up") != 0 {
+		t.Fatal("a request whose client hung up left its key or its order")
+	}
+	r := in.post("acct", "hang-up", "", jsonBody(1))
+	if r.status != http.StatusCreated || r.replayed() || d.orders("acct", "hang-up") != 1 {
+		t.Fatalf("retry: %v", r)
 	}
 }
