@@ -76,6 +76,9 @@ const (
 	// atProviderCalled: inside charge_created, the provider charged; the phase has not
 	// committed.
 	atProviderCalled = "provider_called"
+	// atChargeRecorded: inside charge_created, the charge id is written in the phase's
+	// transaction; the phase has not committed.
+	atChargeRecorded = "charge_recorded"
 	// atChargeCreated: the charge_created phase committed (or was skipped on resume).
 	atChargeCreated = "charge_created"
 	// atFinished: the finished phase committed (or was skipped); the response is not
@@ -159,8 +162,12 @@ func (a *app) createPayment(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		return tx.Exec(ctx, `INSERT INTO `+a.be.table("payment_charges")+` (account, idem_key, charge_id) VALUES (?, ?, ?)`,
+		err = tx.Exec(ctx, `INSERT INTO `+a.be.table("payment_charges")+` (account, idem_key, charge_id) VALUES (?, ?, ?)`,
 			account, op.Key(), id)
+		if err != nil {
+			return err
+		}
+		return a.hook(ctx, op, atChargeRecorded)
 	})
 	if failed(w, err) || failed(w, a.hook(ctx, op, atChargeCreated)) {
 		return

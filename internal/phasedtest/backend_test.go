@@ -157,7 +157,9 @@ type backend struct {
 	// its own: what another process would see.
 	data     conn
 	provider *provider
-	close    func()
+	// inUse counts the store's connections in use (with shared pools, every test's).
+	inUse func() int
+	close func()
 }
 
 // table returns the name of one of the application's tables, schema-qualified on
@@ -180,10 +182,16 @@ func connect(s spec, p pools) (*backend, error) {
 			return pgxConn{tx}, err
 		}
 		b.data = pgxConn{p.aux}
+		b.inUse = func() int { return int(p.store.Stat().AcquiredConns()) }
 	case kindGormPostgres:
 		b.store = gormstore.New(p.gormPG, gormstore.WithTable(s.Schema+"."+keyTable))
 		b.tx = gormTx
 		b.data = pgxConn{p.aux}
+		sqlDB, err := p.gormPG.DB()
+		if err != nil {
+			return nil, err
+		}
+		b.inUse = func() int { return sqlDB.Stats().InUse }
 	case kindGormSQLite:
 		// WAL, as gormstore recommends, so readers never wait for the writer.
 		db, err := gorm.Open(sqlite.Open(s.SQLite+"?_pragma=journal_mode(WAL)"), &gorm.Config{Logger: logger.Discard})
@@ -196,6 +204,7 @@ func connect(s spec, p pools) (*backend, error) {
 		}
 		sqlDB.SetMaxOpenConns(8)
 		b.close = func() { _ = sqlDB.Close() }
+		b.inUse = func() int { return sqlDB.Stats().InUse }
 		b.store = gormstore.New(db)
 		b.tx = gormTx
 		b.data = gormConn{db}
@@ -213,8 +222,16 @@ func gormTx(ctx context.Context) (conn, error) {
 // pools.
 func newBackend(t testing.TB, k kind) *backend {
 	t.Helper()
-	p := sharedPools(t)
+	return newBackendOn(t, k, sharedPools(t))
+}
+
+// newBackendOn is newBackend on the pools p.
+func newBackendOn(t testing.TB, k kind, p pools) *backend {
+	t.Helper()
 	_, schema := testdb.PostgresSchema(t)
+	// Before the schema is dropped (cleanups run last first): a transaction left open
+	// would block the drop for ever.
+	t.Cleanup(func() { requireNoLockHolders(t, schema) })
 	s := spec{Kind: k, Schema: schema}
 	if k == kindGormSQLite {
 		s.SQLite = testdb.SQLitePath(t)
@@ -335,4 +352,37 @@ func (b *backend) orders(ctx context.Context, account string) (orders, keys int,
 	}
 	err = b.data.QueryRow(ctx, `SELECT count(*) FROM `+b.table(keyTable)+` WHERE scope = ?`, account).Scan(&keys)
 	return orders, keys, err
+}
+
+// requireNoLockHolders fails the test if, for a few seconds, some session still holds a
+// lock on a table of schema: a transaction left open after every request ended. It
+// terminates those sessions, so that the schema can be dropped.
+func requireNoLockHolders(t testing.TB, schema string) {
+	t.Helper()
+	aux := sharedPools(t).aux
+	ctx := context.Background()
+	var pids []int32
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		err := aux.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT l.pid), '{}')
+			FROM pg_locks l JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = $1 AND l.pid <> pg_backend_pid()`, schema).Scan(&pids)
+		if err != nil {
+			t.Errorf("pg_locks: %v", err)
+			return
+		}
+		if len(pids) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Errorf("sessions %v still hold locks on the tables of schema %s after every request ended: a transaction was left open", pids, schema)
+	for _, pid := range pids {
+		if _, err := aux.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+			t.Logf("terminate session %d: %v", pid, err)
+		}
+	}
 }
