@@ -104,6 +104,8 @@ type app struct {
 	lease     time.Duration // the phased route's lease
 	leaseWait time.Duration // the phased route's LeaseWait
 	hook      hook          // set before serving
+	// onError, if set before serving, sees every error a payment handler answers 500 for.
+	onError func(op *core.Operation, err error)
 }
 
 func newApp(be *backend, lease time.Duration, h hook) *app {
@@ -144,7 +146,7 @@ func (a *app) createPayment(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "amount_cents must be a positive integer"})
 		return
 	}
-	if failed(w, a.hook(ctx, op, atStarted)) {
+	if a.failed(w, op, a.hook(ctx, op, atStarted)) {
 		return
 	}
 
@@ -169,7 +171,7 @@ func (a *app) createPayment(w http.ResponseWriter, r *http.Request) {
 		}
 		return a.hook(ctx, op, atChargeRecorded)
 	})
-	if failed(w, err) || failed(w, a.hook(ctx, op, atChargeCreated)) {
+	if a.failed(w, op, err) || a.failed(w, op, a.hook(ctx, op, atChargeCreated)) {
 		return
 	}
 
@@ -187,19 +189,19 @@ func (a *app) createPayment(w http.ResponseWriter, r *http.Request) {
 		return tx.Exec(ctx, `INSERT INTO `+a.be.table("payments")+` (account, idem_key, charge_id, amount_cents) VALUES (?, ?, ?, ?)`,
 			account, op.Key(), chargeID, in.AmountCents)
 	})
-	if failed(w, err) || failed(w, a.hook(ctx, op, atFinished)) {
+	if a.failed(w, op, err) || a.failed(w, op, a.hook(ctx, op, atFinished)) {
 		return
 	}
 
 	tx, err := a.be.tx(ctx) // the final transaction, committed with the recorded response
-	if failed(w, err) {
+	if a.failed(w, op, err) {
 		return
 	}
 	var p payment
 	var id int64
 	err = tx.QueryRow(ctx, `SELECT id, charge_id, amount_cents FROM `+a.be.table("payments")+` WHERE account = ? AND idem_key = ?`,
 		account, op.Key()).Scan(&id, &p.ChargeID, &p.AmountCents)
-	if failed(w, err) {
+	if a.failed(w, op, err) {
 		return
 	}
 	p.ID = strconv.FormatInt(id, 10)
@@ -221,17 +223,17 @@ func (a *app) createOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tx, err := a.be.tx(ctx)
-	if failed(w, err) {
+	if a.failed(w, op, err) {
 		return
 	}
 	err = tx.Exec(ctx, `INSERT INTO `+a.be.table("orders")+` (account, idem_key, amount_cents) VALUES (?, ?, ?)`,
 		account, op.Key(), in.AmountCents)
-	if failed(w, err) || failed(w, a.hook(ctx, op, atOrderWritten)) {
+	if a.failed(w, op, err) || a.failed(w, op, a.hook(ctx, op, atOrderWritten)) {
 		return
 	}
 	var id int64
 	err = tx.QueryRow(ctx, `SELECT id FROM `+a.be.table("orders")+` WHERE account = ? AND idem_key = ?`, account, op.Key()).Scan(&id)
-	if failed(w, err) {
+	if a.failed(w, op, err) {
 		return
 	}
 	w.Header().Set("Location", "/v1/orders/"+strconv.FormatInt(id, 10))
@@ -240,9 +242,12 @@ func (a *app) createOrder(w http.ResponseWriter, r *http.Request) {
 
 // failed answers 500 when err is not nil. (When the error is a lost lease, the
 // middleware answers 409 instead, whatever the handler wrote.)
-func failed(w http.ResponseWriter, err error) bool {
+func (a *app) failed(w http.ResponseWriter, op *core.Operation, err error) bool {
 	if err == nil {
 		return false
+	}
+	if a.onError != nil {
+		a.onError(op, err)
 	}
 	writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 	return true

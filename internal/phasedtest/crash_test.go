@@ -28,7 +28,7 @@ const (
 	// crashLease is the lease of the crash children: a retry takes over once it passed.
 	crashLease = time.Second
 	// crashConcurrency bounds the trials running at once (each runs one child at a time).
-	crashConcurrency = 4
+	crashConcurrency = 6
 )
 
 // trialsPerBoundary reads envTrials.
