@@ -110,7 +110,7 @@ func (e *Engine) serve(w http.ResponseWriter, r *http.Request, scope string, nex
 
 	ctx := r.Context()
 	c := Claim{Scope: scope, Key: key, Fingerprint: fp, Method: r.Method, Path: r.URL.Path,
-		Mode: e.mode, Lease: e.cfg.Lease, LockWait: e.cfg.LockWait, Retention: e.cfg.Retention}
+		Mode: e.mode, Lease: e.cfg.Lease, LockWait: e.cfg.LockWait, Retention: e.cfg.Retention, Timeout: e.cfg.LockWait + e.cfg.StoreTimeout}
 	lock, rec, err := e.claim(ctx, c)
 	switch {
 	case err != nil:
@@ -138,9 +138,7 @@ func (e *Engine) Applies(r *http.Request) bool {
 func (e *Engine) claim(ctx context.Context, c Claim) (Lock, *Record, error) {
 	var deadline time.Time
 	for {
-		cctx, cancel := context.WithTimeout(ctx, e.cfg.LockWait+e.cfg.StoreTimeout)
-		lock, rec, err := e.cfg.Store.Claim(cctx, c)
-		cancel()
+		lock, rec, err := e.cfg.Store.Claim(ctx, c)
 		if err != nil || rec == nil || rec.State != StateStarted || e.cfg.LeaseWait <= 0 || !bytes.Equal(rec.Fingerprint, c.Fingerprint) {
 			return lock, rec, err
 		}

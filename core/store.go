@@ -74,6 +74,11 @@ type Claim struct {
 	// Retention: a key created longer ago than this counts as absent (unless its lease
 	// is live), even before the sweeper deletes it.
 	Retention time.Duration
+	// Timeout, when positive, bounds the whole Claim call, lock wait included, so an
+	// unresponsive database costs a bounded wait and an error, not a hung request. A
+	// store doing I/O enforces it on the claim's own statements (a context deadline), never
+	// on the transaction it hands the handler.
+	Timeout time.Duration
 }
 
 // Response is a recorded HTTP response: what a replay sends byte for byte.

@@ -211,8 +211,17 @@ func (s *Store) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Recor
 		}
 	}
 
+	// database/sql rolls a transaction back when the context it began with ends, so the
+	// transaction begins with the request's context and only the claim's own statements
+	// run under c.Timeout.
+	txCtx := ctx
+	if c.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
+		defer cancel()
+	}
 	for attempt := 1; ; attempt++ {
-		lock, rec, err := s.claimTx(ctx, c, wait)
+		lock, rec, err := s.claimTx(txCtx, ctx, c, wait)
 		if err == nil || attempt == claimAttempts || ctx.Err() != nil ||
 			!(errors.Is(err, errRetry) || errors.Is(err, core.ErrTransient)) {
 			if errors.Is(err, errRetry) {
@@ -224,8 +233,8 @@ func (s *Store) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Recor
 }
 
 // claimTx is one attempt at a claim, in a transaction of its own.
-func (s *Store) claimTx(ctx context.Context, c core.Claim, wait time.Duration) (_ core.Lock, _ *core.Record, err error) {
-	tx, err := s.begin(ctx)
+func (s *Store) claimTx(txCtx, ctx context.Context, c core.Claim, wait time.Duration) (_ core.Lock, _ *core.Record, err error) {
+	tx, err := s.begin(txCtx)
 	if err != nil {
 		return nil, nil, wrap(ctx, "claim: begin", err)
 	}

@@ -212,8 +212,13 @@ func (s *Store) claimAtomic(ctx context.Context, c core.Claim) (core.Lock, *core
 	deadline := time.Now().Add(c.LockWait)
 	for attempt := 0; ; attempt++ {
 		lock, rec, err := s.claimAtomicOnce(ctx, c, time.Until(deadline))
-		if err == nil || !errors.Is(err, core.ErrTransient) || attempt+1 >= maxRetries || time.Until(deadline) <= 0 {
+		switch {
+		case err == nil || !errors.Is(err, core.ErrTransient) || attempt+1 >= maxRetries:
 			return lock, rec, err
+		case time.Until(deadline) <= 0:
+			// The whole lock wait went by without a snapshot that sees the twin's outcome:
+			// as far as this request can tell, the twin is still in flight.
+			return nil, nil, fmt.Errorf("pgxstore: claim: lock wait of %s spent on serialization retries: %w (%w)", c.LockWait, core.ErrInProgress, err)
 		}
 	}
 }

@@ -48,8 +48,10 @@ const (
 	// maxSettle bounds how often one claim re-reads a key that changed under it.
 	maxSettle = 8
 	// maxRetries bounds how often an atomic claim starts again after a serialization
-	// failure (a twin committed after its snapshot) before returning core.ErrTransient.
-	maxRetries = 3
+	// failure (a twin committed after its snapshot) before returning core.ErrTransient;
+	// the lock wait bounds it in time. Each retry takes a new snapshot that sees the
+	// twin's record, so more than a couple are needed only under heavy contention.
+	maxRetries = 16
 )
 
 // Option configures a Store.
@@ -179,6 +181,11 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) 
 // zero c.LockWait takes the store's (WithLockWait), a zero c.Lease 60s, a zero
 // c.Retention keeps keys for ever; ModeDefault is atomic.
 func (s *Store) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Record, error) {
+	if c.Timeout > 0 { // pgx transactions outlive the context they began with
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
+		defer cancel()
+	}
 	if c.LockWait <= 0 {
 		c.LockWait = s.lockWait
 	}

@@ -167,11 +167,11 @@ func testFencing(s *suite) {
 // lease would have run out still finds the key in progress.
 func testPhaseRenewsLease(s *suite) {
 	c := s.claim("k", "a")
-	c.Lease = 600 * time.Millisecond
+	c.Lease = 1500 * time.Millisecond // slack for a loaded machine: the check runs 1s after the renewal
 	l := s.mustFresh(c)
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(1000 * time.Millisecond)
 	mustNoError(s.t, l.Phase(s.ctx, "charged", noop))
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(1000 * time.Millisecond)
 	s.mustStarted(c, c, "charged")
 	s.complete(l, created("1"))
 }
