@@ -213,10 +213,11 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c Claim, lock L
 	}
 	e.observe(r.Context(), c, outcome, 0, nil)
 
-	op := newOperation(c.Scope, c.Key, lock)
-	r2 := r.WithContext(lock.Context(context.WithValue(r.Context(), operationKey{}, op)))
-	if body != nil {
-		r2.Body = io.NopCloser(bytes.NewReader(body))
+	rn := newRun(r.Context(), c.Scope, c.Key, lock, body)
+	op := &rn.op
+	r2 := r.WithContext(lock.Context(rn))
+	if r.Body != nil && r.Body != http.NoBody {
+		r2.Body = rn
 	}
 	buf := getBuffer()
 	e.runHandler(r, c, lock, next, buf, r2)
@@ -245,7 +246,10 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c Claim, lock L
 		writeBuffer(w, buf)
 		return
 	}
-	if err := lock.Complete(rctx, e.recordable(buf)); err != nil {
+	resp := e.recordable(buf)
+	err := lock.Complete(rctx, resp)
+	putResponse(resp)
+	if err != nil {
 		e.release(rctx, r, c, lock, err)
 		if errors.Is(err, ErrLeaseLost) {
 			e.inProgress(w, r, c, err)
@@ -285,10 +289,14 @@ func (e *Engine) release(ctx context.Context, r *http.Request, c Claim, lock Loc
 	e.observe(r.Context(), c, OutcomeRolledBack, 0, errors.Join(cause, err))
 }
 
+var responsePool = sync.Pool{New: func() any { return &Response{Header: make(http.Header, 4)} }}
+
 // recordable builds the Response to store from the handler's buffer: allow-listed
-// headers only, and the body unless it is over MaxResponseBody.
+// headers only, and the body unless it is over MaxResponseBody. Stores keep none of it
+// (Lock.Complete's contract), so it comes from a pool; return it with putResponse.
 func (e *Engine) recordable(buf *Buffer) *Response {
-	resp := &Response{Status: buf.Status(), Header: make(http.Header, len(e.replay))}
+	resp := responsePool.Get().(*Response)
+	resp.Status = buf.Status()
 	for _, k := range e.replay {
 		if v, ok := buf.header[k]; ok {
 			resp.Header[k] = v
@@ -300,6 +308,12 @@ func (e *Engine) recordable(buf *Buffer) *Response {
 		resp.Body = buf.Bytes()
 	}
 	return resp
+}
+
+func putResponse(resp *Response) {
+	clear(resp.Header)
+	resp.Body = nil
+	responsePool.Put(resp)
 }
 
 func writeBuffer(w http.ResponseWriter, buf *Buffer) {
@@ -381,18 +395,25 @@ func (e *Engine) readBody(r *http.Request) (*bytes.Buffer, error) {
 		free := b.AvailableBuffer()[:b.Available()]
 		n, err := r.Body.Read(free)
 		b.Write(free[:n]) // appends in place: free is b's own spare capacity
-		var mbe *http.MaxBytesError
 		switch {
 		case int64(b.Len()) > limit:
 			return b, fmt.Errorf("%w: over %d bytes", ErrBodyTooLarge, limit)
 		case err == io.EOF:
 			return b, nil
-		case errors.As(err, &mbe):
-			return b, fmt.Errorf("%w: %w", ErrBodyTooLarge, err)
 		case err != nil:
-			return b, fmt.Errorf("idem: reading the request body: %w", err)
+			return b, readError(err)
 		}
 	}
+}
+
+// readError classifies a failed body read; out of the read loop, so that the target
+// of errors.As escapes only when there is an error.
+func readError(err error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return fmt.Errorf("%w: %w", ErrBodyTooLarge, err)
+	}
+	return fmt.Errorf("idem: reading the request body: %w", err)
 }
 
 func putBody(b *bytes.Buffer) {

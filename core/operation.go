@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,13 +21,39 @@ type Operation struct {
 	leaseErr error
 }
 
-func newOperation(scope, key string, lock Lock) *Operation {
-	op := &Operation{key: key, scope: scope, lock: lock, point: lock.RecoveryPoint(), resumed: lock.TakenOver()}
-	if op.point != RecoveryStarted {
-		op.resume = op.point
-	}
-	return op
+// run is the per-request state of an executing operation, in one allocation: the
+// context the handler gets (its parent plus the Operation), the Operation, and the
+// replayable request body.
+type run struct {
+	context.Context
+	op   Operation
+	body bytes.Reader
 }
+
+func newRun(parent context.Context, scope, key string, lock Lock, body []byte) *run {
+	rn := &run{Context: parent}
+	rn.op = Operation{key: key, scope: scope, lock: lock, point: lock.RecoveryPoint(), resumed: lock.TakenOver()}
+	if rn.op.point != RecoveryStarted {
+		rn.op.resume = rn.op.point
+	}
+	rn.body.Reset(body)
+	return rn
+}
+
+// Value answers the Operation for its key and defers everything else to the parent.
+func (rn *run) Value(key any) any {
+	if key == (operationKey{}) {
+		return &rn.op
+	}
+	return rn.Context.Value(key)
+}
+
+// Read and Close make run the handler's request body: an identical copy of what the
+// engine read.
+func (rn *run) Read(p []byte) (int, error) { return rn.body.Read(p) }
+
+// Close does nothing: the server closes the original body.
+func (rn *run) Close() error { return nil }
 
 // OperationFrom returns the operation of a keyed request. It panics when ctx has none:
 // use it in handlers behind the middleware on keyed routes, and OperationFromSafely
