@@ -84,6 +84,10 @@ const (
 	// atFinished: the finished phase committed (or was skipped); the response is not
 	// recorded yet.
 	atFinished = "finished"
+	// atRecorded: the response is recorded and committed but not yet sent (reported to
+	// core.Config.Hooks as OutcomeCompleted, after the engine wrote the response to the
+	// server's buffer and before the handler chain returns).
+	atRecorded = "recorded"
 	// atOrderWritten: the atomic orders route wrote its row, uncommitted.
 	atOrderWritten = "order_written"
 )
@@ -106,6 +110,13 @@ type app struct {
 	hook      hook          // set before serving
 	// onError, if set before serving, sees every error a payment handler answers 500 for.
 	onError func(op *core.Operation, err error)
+	// hooks, if set before serving, observes the phased route's outcomes.
+	hooks core.Hooks
+	// providerAccount, if set before serving, names the provider account a tenant's
+	// charges go to. Default: the tenant's own account (the provider keys charges by
+	// tenant and key). A platform charging for all its tenants through one provider
+	// account returns that account for every tenant.
+	providerAccount func(account string) string
 }
 
 func newApp(be *backend, lease time.Duration, h hook) *app {
@@ -153,7 +164,11 @@ func (a *app) createPayment(w http.ResponseWriter, r *http.Request) {
 	err := op.Phase(ctx, atChargeCreated, func(ctx context.Context) error {
 		// The provider first, before this phase's transaction opens (on its first use
 		// below): nothing of ours is held while the provider works.
-		id, err := a.be.provider.charge(ctx, account, op.DerivedKey("charge"), in.AmountCents)
+		providerAccount := account
+		if a.providerAccount != nil {
+			providerAccount = a.providerAccount(account)
+		}
+		id, err := a.be.provider.charge(ctx, providerAccount, op.DerivedKey("charge"), in.AmountCents)
 		if err != nil {
 			return err
 		}
@@ -273,7 +288,8 @@ var frameworks = []framework{netHTTP, ginFW, echoFW}
 // configs are the two routes' engine configurations: payments opt in to phased mode;
 // orders keep the default, which is atomic on a store with a transaction to share.
 func (a *app) configs() (phased, atomic core.Config) {
-	phased = core.Config{Store: a.be.store, Mode: core.ModePhased, Lease: a.lease, LeaseWait: a.leaseWait, Retention: time.Hour}
+	phased = core.Config{Store: a.be.store, Mode: core.ModePhased, Lease: a.lease, LeaseWait: a.leaseWait, Retention: time.Hour,
+		Hooks: a.hooks}
 	atomic = core.Config{Store: a.be.store}
 	return phased, atomic
 }
@@ -376,8 +392,9 @@ func post(ctx context.Context, base, path, account, key, body string) (*reply, e
 
 const paymentBody = `{"amount_cents": 1250}`
 
-// checkDone checks a payment that completed once: its 201 (original) names the
-// provider's one charge and the one payment row; the key is completed at finished.
+// checkDone checks a payment that completed once: exactly one provider charge, recorded
+// charge and payment row, the key completed at finished; and, unless first is nil, that
+// first is an original 201 naming them.
 func checkDone(tl tally, first *reply) error {
 	var errs []error
 	if tl.Charges != 1 || tl.Recorded != 1 || tl.Payments != 1 {
@@ -387,19 +404,28 @@ func checkDone(tl tally, first *reply) error {
 		errs = append(errs, fmt.Errorf("key row %q at %q (leased %v), want completed at finished, no lease", tl.State, tl.Point, tl.Leased))
 	}
 	if first != nil {
-		p, err := first.payment()
-		switch {
-		case first.Status != http.StatusCreated || first.replayed():
+		if first.Status != http.StatusCreated || first.replayed() {
 			errs = append(errs, fmt.Errorf("the completing response is %v, want an original 201", first))
-		case err != nil:
-			errs = append(errs, fmt.Errorf("the 201's body %q: %w", first.Body, err))
-		case p.ChargeID != tl.ChargeID || p != tl.Payment || p.AmountCents != 1250:
-			errs = append(errs, fmt.Errorf("the 201 says %+v; the provider has %q and the payment row is %+v", p, tl.ChargeID, tl.Payment))
-		case first.Header.Get("Location") != "/v1/payments/"+p.ID:
-			errs = append(errs, fmt.Errorf("Location %q for payment %s", first.Header.Get("Location"), p.ID))
 		}
+		errs = append(errs, checkNames(tl, first))
 	}
 	return errors.Join(errs...)
+}
+
+// checkNames checks that the 201 r names the provider's charge and the payment row.
+func checkNames(tl tally, r *reply) error {
+	p, err := r.payment()
+	switch {
+	case r.Status != http.StatusCreated:
+		return fmt.Errorf("%v, want 201", r)
+	case err != nil:
+		return fmt.Errorf("the 201's body %q: %w", r.Body, err)
+	case p.ChargeID != tl.ChargeID || p != tl.Payment || p.AmountCents != 1250:
+		return fmt.Errorf("the 201 says %+v; the provider has %q and the payment row is %+v", p, tl.ChargeID, tl.Payment)
+	case r.Header.Get("Location") != "/v1/payments/"+p.ID:
+		return fmt.Errorf("Location %q for payment %s", r.Header.Get("Location"), p.ID)
+	}
+	return nil
 }
 
 // checkReplay checks that r replays first byte for byte.

@@ -79,6 +79,13 @@ func runChild() int {
 		}
 		return nil
 	})
+	if crashAfter == atRecorded {
+		a.hooks = core.HookFunc(func(_ context.Context, ev core.Event) {
+			if ev.Outcome == core.OutcomeCompleted {
+				os.Exit(crashStatus) // recorded and committed; the client never gets it
+			}
+		})
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fail(err)

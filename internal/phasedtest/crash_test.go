@@ -17,9 +17,10 @@ import (
 
 // boundaries are the points a crash child exits at: right after the claim committed,
 // inside charge_created after the provider charged (nothing of the phase committed),
-// inside it after its write (uncommitted), right after charge_created committed, and
-// right after finished committed but before the response was recorded.
-var boundaries = []string{atStarted, atProviderCalled, atChargeRecorded, atChargeCreated, atFinished}
+// inside it after its write (uncommitted), right after charge_created committed, right
+// after finished committed but before the response was recorded, and right after the
+// response was recorded but before the client got it.
+var boundaries = []string{atStarted, atProviderCalled, atChargeRecorded, atChargeCreated, atFinished, atRecorded}
 
 const (
 	// envTrials sets the crash trials per boundary and store. Default: defaultTrials.
@@ -67,7 +68,8 @@ func (tr *trial) duplicates() int {
 // with status 3 right there (no response, no rollback, no release), then serves the
 // retries from a fresh child: 409 + Retry-After while the crashed attempt's lease (1s) is
 // live, then a takeover that resumes from the recorded point and completes the payment
-// once, replayed identically afterwards. PHASEDTEST_TRIALS trials per boundary and store
+// once, replayed identically afterwards (after a crash between recording and sending the
+// response, the first retry already gets the replay). PHASEDTEST_TRIALS trials per boundary and store
 // (default 3), spread over net/http, Gin and Echo; it logs
 // trials=… boundaries=… duplicates=… lost=… and requires no duplicate and no lost payment.
 func TestCrashRecovery(t *testing.T) {
@@ -162,6 +164,8 @@ func crashTrial(t *testing.T, be *backend, tr *trial) {
 		want.Point, want.Recorded = atChargeCreated, 1
 	case atFinished:
 		want.Point, want.Recorded, want.Payments = atFinished, 1, 1
+	case atRecorded:
+		want = tally{State: string(core.StateCompleted), Point: atFinished, Charges: 1, Recorded: 1, Payments: 1}
 	}
 	if left.State != want.State || left.Point != want.Point || left.Leased != want.Leased ||
 		left.Charges != want.Charges || left.Recorded != want.Recorded || left.Payments != want.Payments {
@@ -195,6 +199,12 @@ func crashTrial(t *testing.T, be *backend, tr *trial) {
 			}
 			tr.conflict++
 			time.Sleep(100 * time.Millisecond)
+		case r.Status == http.StatusCreated && tr.boundary == atRecorded:
+			// The response was recorded before the crash: the retry gets it replayed.
+			if !r.replayed() {
+				fail("retry after the response was recorded: %v, want a replay", r)
+			}
+			first = r
 		case r.Status == http.StatusCreated:
 			// The claim committed after sent, so its lease ran at least until sent+lease:
 			// an answer that arrived before then cannot come from a takeover.
@@ -223,7 +233,14 @@ func crashTrial(t *testing.T, be *backend, tr *trial) {
 		fail("count: %w", err)
 		return
 	}
-	if err := checkDone(tr.tl, first); err != nil {
+	completing := first
+	if tr.boundary == atRecorded {
+		completing = nil // a replay, checked above
+		if err := checkNames(tr.tl, first); err != nil {
+			fail("%w", err)
+		}
+	}
+	if err := checkDone(tr.tl, completing); err != nil {
 		fail("%w", err)
 	}
 	if tr.tl.Calls != wantCalls {
