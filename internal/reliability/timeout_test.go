@@ -357,6 +357,64 @@ func TestPausedDatabaseDuringHandler(t *testing.T) {
 	}
 }
 
+// unbounded is how long a test waits before calling an answer unbounded: far beyond the
+// lock wait (2s) plus any sane network margin.
+const unbounded = 30 * time.Second
+
+// TestPausedDatabaseDuringCommit: the database stops answering just as the store sends the
+// completion and COMMIT. The engine records the outcome detached from the request's
+// cancellation, but StoreTimeout still bounds it: 503 + Retry-After (the commit's outcome
+// is unknown to the client; the retry replays or re-runs it), and one order after the
+// retry. (Before the fix, the request hung for as long as the database was paused.)
+func TestPausedDatabaseDuringCommit(t *testing.T) {
+	t.Parallel()
+	d := newDB(t)
+	in := newInstance(t, d, instanceConfig{deadline: time.Second})
+	in.tracer.arm("stall-commit", completeBatch, false, in.proxy.Stall)
+	ch := make(chan reply, 1)
+	go func() { ch <- in.post("acct", "stall-commit", "", jsonBody(1)) }()
+	r, ok := waitReply(ch, unbounded)
+	in.proxy.Resume()
+	if !ok {
+		t.Errorf("no answer after %v while the database was paused during COMMIT: unbounded (then: %v)", unbounded, <-ch)
+	} else {
+		mustProblem(t, r, http.StatusServiceUnavailable, core.ProblemNotRecorded, true)
+	}
+	rs := in.retryUntilDone("acct", "stall-commit", "", jsonBody(1), 30)
+	if last := rs[len(rs)-1]; last.status != http.StatusCreated {
+		t.Fatalf("after the database came back: %v", rs)
+	}
+	if n := d.orders("acct", "stall-commit"); n != 1 {
+		t.Fatalf("%d orders, want 1", n)
+	}
+}
+
+// TestPausedDatabaseWithoutDeadline: the database stops answering and the request has no
+// deadline of its own (net/http gives none by default). lock_timeout cannot help (the
+// server never sees the statement); the claim is bounded by LockWait + StoreTimeout and
+// answers 503 + Retry-After, the handler not run. (Before the fix, it waited for ever and
+// the goroutines piled up.)
+func TestPausedDatabaseWithoutDeadline(t *testing.T) {
+	t.Parallel()
+	d := newDB(t)
+	in := newInstance(t, d, instanceConfig{})
+	if r := in.post("acct", "before", "", jsonBody(1)); r.status != http.StatusCreated {
+		t.Fatalf("before the pause: %v", r)
+	}
+	in.proxy.Stall()
+	ch := make(chan reply, 1)
+	go func() { ch <- in.post("acct", "paused", "", jsonBody(2)) }()
+	r, ok := waitReply(ch, unbounded)
+	in.proxy.Resume()
+	if !ok {
+		t.Fatalf("no answer after %v while the database was paused: the claim is unbounded (then: %v)", unbounded, <-ch)
+	}
+	mustProblem(t, r, http.StatusServiceUnavailable, core.ProblemStoreUnavailable, true)
+	if in.calls.Load() != 1 {
+		t.Fatalf("the handler ran %d times, want 1 (before the pause)", in.calls.Load())
+	}
+}
+
 // waitReply waits up to d for a reply; ok is false when none came.
 func waitReply(ch <-chan reply, d time.Duration) (reply, bool) {
 	select {
