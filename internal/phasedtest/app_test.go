@@ -140,7 +140,8 @@ type payment struct {
 //     transaction) and the charge id is recorded in the phase's transaction, which commits
 //     with the recovery point.
 //  3. finished: reads back the charge id charge_created recorded (in this attempt or an
-//     earlier one) and writes the payment row, committed with the recovery point.
+//     earlier one) and writes the payment row and the receipt email's outbox row,
+//     committed with the recovery point.
 //  4. The response is built from the payment row, read in the request's final
 //     transaction, and recorded with it.
 //
@@ -201,8 +202,14 @@ func (a *app) createPayment(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return fmt.Errorf("read the recorded charge: %w", err)
 		}
-		return tx.Exec(ctx, `INSERT INTO `+a.be.table("payments")+` (account, idem_key, charge_id, amount_cents) VALUES (?, ?, ?, ?)`,
+		err = tx.Exec(ctx, `INSERT INTO `+a.be.table("payments")+` (account, idem_key, charge_id, amount_cents) VALUES (?, ?, ?, ?)`,
 			account, op.Key(), chargeID, in.AmountCents)
+		if err != nil {
+			return err
+		}
+		// The receipt email goes to the outbox in the same transaction; a worker sends it.
+		return tx.Exec(ctx, `INSERT INTO `+a.be.table("outbox")+` (account, message_id, kind) VALUES (?, ?, 'payment_receipt')`,
+			account, op.DerivedKey("receipt"))
 	})
 	if a.failed(w, op, err) || a.failed(w, op, a.hook(ctx, op, atFinished)) {
 		return
@@ -393,12 +400,12 @@ func post(ctx context.Context, base, path, account, key, body string) (*reply, e
 const paymentBody = `{"amount_cents": 1250}`
 
 // checkDone checks a payment that completed once: exactly one provider charge, recorded
-// charge and payment row, the key completed at finished; and, unless first is nil, that
+// charge, payment row and queued receipt, the key completed at finished; and, unless first is nil, that
 // first is an original 201 naming them.
 func checkDone(tl tally, first *reply) error {
 	var errs []error
-	if tl.Charges != 1 || tl.Recorded != 1 || tl.Payments != 1 {
-		errs = append(errs, fmt.Errorf("want exactly one charge, recorded charge and payment: %v", tl))
+	if tl.Charges != 1 || tl.Recorded != 1 || tl.Payments != 1 || tl.Outbox != 1 {
+		errs = append(errs, fmt.Errorf("want exactly one charge, recorded charge, payment and receipt: %v", tl))
 	}
 	if tl.State != string(core.StateCompleted) || tl.Point != atFinished || tl.Leased {
 		errs = append(errs, fmt.Errorf("key row %q at %q (leased %v), want completed at finished, no lease", tl.State, tl.Point, tl.Leased))

@@ -251,7 +251,7 @@ func newBackendOn(t testing.TB, k kind, p pools) *backend {
 
 // create makes the tables: the store's (Migrate), the business tables, the provider's.
 //
-// payment_charges and payments have no unique key on purpose: a duplicate must show up as
+// payment_charges, payments and outbox have no unique key on purpose: a duplicate must show up as
 // a second row, not as an error that would hide it.
 func (b *backend) create(ctx context.Context, aux *pgxpool.Pool) error {
 	switch st := b.store.(type) {
@@ -275,6 +275,8 @@ func (b *backend) create(ctx context.Context, aux *pgxpool.Pool) error {
 			b.table("payments"), id, text, integer),
 		fmt.Sprintf(`CREATE TABLE %s (id %s, account %[3]s NOT NULL, idem_key %[3]s NOT NULL, amount_cents %[4]s NOT NULL)`,
 			b.table("orders"), id, text, integer),
+		fmt.Sprintf(`CREATE TABLE %s (id %s, account %[3]s NOT NULL, message_id %[3]s NOT NULL, kind %[3]s NOT NULL, sent_at %[3]s)`,
+			b.table("outbox"), id, text),
 	} {
 		if err := b.data.Exec(ctx, ddl); err != nil {
 			return fmt.Errorf("%s: %w", ddl, err)
@@ -294,14 +296,15 @@ type tally struct {
 	Recorded int    // payment_charges rows: charges recorded by charge_created
 	Payments int    // payment rows
 	Payment  payment
+	Outbox   int // receipt emails queued in the outbox
 	// The key row: State is "" when there is none.
 	State, Point string
 	Leased       bool // locked_until is set
 }
 
 func (tl tally) String() string {
-	return fmt.Sprintf("charges=%d calls=%d recorded=%d payments=%d key=%q/%q leased=%v",
-		tl.Charges, tl.Calls, tl.Recorded, tl.Payments, tl.State, tl.Point, tl.Leased)
+	return fmt.Sprintf("charges=%d calls=%d recorded=%d payments=%d outbox=%d key=%q/%q leased=%v",
+		tl.Charges, tl.Calls, tl.Recorded, tl.Payments, tl.Outbox, tl.State, tl.Point, tl.Leased)
 }
 
 // count reads the tally of account's operation with key, from outside any request.
@@ -317,6 +320,9 @@ func (b *backend) count(ctx context.Context, account, key string) (tally, error)
 	}
 	if err := b.data.QueryRow(ctx, `SELECT count(*) FROM `+b.table("payments")+` WHERE account = ?`, account).Scan(&tl.Payments); err != nil {
 		return tl, fmt.Errorf("payments: %w", err)
+	}
+	if err := b.data.QueryRow(ctx, `SELECT count(*) FROM `+b.table("outbox")+` WHERE account = ?`, account).Scan(&tl.Outbox); err != nil {
+		return tl, fmt.Errorf("outbox: %w", err)
 	}
 	if tl.Payments == 1 {
 		var id int64

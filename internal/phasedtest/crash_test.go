@@ -61,7 +61,7 @@ func (tr *trial) name() string { return fmt.Sprintf("%s/%s/%s", tr.kind, tr.boun
 
 // duplicates counts the side effects made more than once.
 func (tr *trial) duplicates() int {
-	return max(tr.tl.Charges-1, 0) + max(tr.tl.Recorded-1, 0) + max(tr.tl.Payments-1, 0)
+	return max(tr.tl.Charges-1, 0) + max(tr.tl.Recorded-1, 0) + max(tr.tl.Payments-1, 0) + max(tr.tl.Outbox-1, 0)
 }
 
 // TestCrashRecovery crashes a payment at each boundary, in a child server that exits
@@ -163,12 +163,12 @@ func crashTrial(t *testing.T, be *backend, tr *trial) {
 	case atChargeCreated:
 		want.Point, want.Recorded = atChargeCreated, 1
 	case atFinished:
-		want.Point, want.Recorded, want.Payments = atFinished, 1, 1
+		want.Point, want.Recorded, want.Payments, want.Outbox = atFinished, 1, 1, 1
 	case atRecorded:
-		want = tally{State: string(core.StateCompleted), Point: atFinished, Charges: 1, Recorded: 1, Payments: 1}
+		want = tally{State: string(core.StateCompleted), Point: atFinished, Charges: 1, Recorded: 1, Payments: 1, Outbox: 1}
 	}
 	if left.State != want.State || left.Point != want.Point || left.Leased != want.Leased ||
-		left.Charges != want.Charges || left.Recorded != want.Recorded || left.Payments != want.Payments {
+		left.Charges != want.Charges || left.Recorded != want.Recorded || left.Payments != want.Payments || left.Outbox != want.Outbox {
 		fail("after the crash: %v, want %v", left, want)
 	}
 

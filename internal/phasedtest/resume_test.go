@@ -82,7 +82,7 @@ func TestResumeFromEachRecoveryPoint(t *testing.T) {
 						case atChargeCreated:
 							c.wantAfterFailed = tally{Charges: 1, Recorded: 1, State: string(core.StateStarted), Point: atChargeCreated}
 						case atFinished:
-							c.wantAfterFailed = tally{Charges: 1, Recorded: 1, Payments: 1, State: string(core.StateStarted), Point: atFinished}
+							c.wantAfterFailed = tally{Charges: 1, Recorded: 1, Payments: 1, Outbox: 1, State: string(core.StateStarted), Point: atFinished}
 						}
 						cases = append(cases, c)
 						failures[c.key] = c.f
@@ -107,7 +107,7 @@ func TestResumeFromEachRecoveryPoint(t *testing.T) {
 					}
 					got := be.mustCount(t, c.account, c.key)
 					want := c.wantAfterFailed
-					if got.Charges != want.Charges || got.Recorded != want.Recorded || got.Payments != want.Payments ||
+					if got.Charges != want.Charges || got.Recorded != want.Recorded || got.Payments != want.Payments || got.Outbox != want.Outbox ||
 						got.State != want.State || got.Point != want.Point || got.Leased {
 						t.Fatalf("after the failed attempt: %v; want %v, lease given up", got, want)
 					}
