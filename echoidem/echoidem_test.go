@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem/core"
@@ -22,27 +23,6 @@ import (
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// recoverMW is what echo's middleware.Recover does with a panic: recover it and answer
-// through c.Error. (The middleware package itself cannot be linked here: its
-// golang.org/x/time dependency is missing from go.sum.)
-func recoverMW(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) (err error) {
-		defer func() {
-			if r := recover(); r != nil {
-				if r == http.ErrAbortHandler {
-					panic(r)
-				}
-				perr, ok := r.(error)
-				if !ok {
-					perr = fmt.Errorf("%v", r)
-				}
-				c.Error(perr)
-			}
-		}()
-		return next(c)
-	}
 }
 
 func newEcho() *echo.Echo {
@@ -76,7 +56,7 @@ func newApp(t *testing.T) *app {
 	})
 
 	e := newEcho()
-	e.Use(recoverMW)
+	e.Use(middleware.Recover())
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			req := c.Request()
