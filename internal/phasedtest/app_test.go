@@ -108,7 +108,7 @@ type app struct {
 	lease     time.Duration // the phased route's lease
 	leaseWait time.Duration // the phased route's LeaseWait
 	hook      hook          // set before serving
-	// onError, if set before serving, sees every error a payment handler answers 500 for.
+	// onError, if set before serving, sees every error a handler answers 500 for.
 	onError func(op *core.Operation, err error)
 	// hooks, if set before serving, observes the phased route's outcomes.
 	hooks core.Hooks
