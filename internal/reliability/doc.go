@@ -9,6 +9,8 @@
 //	go test -race ./internal/reliability/
 //	IDEM_FAULT_TRIALS=1000 go test -race -run TestFaultTrials -v ./internal/reliability/
 //
+//	go test -run '^$' -fuzz '^FuzzFingerprintJSON$' -fuzztime 3m ./internal/reliability/
+//
 // IDEM_FAULT_TRIALS sets the number of crash trials (default 100); IDEM_FLOOD_KEYS the
 // size of the one-scope key flood (default 10000).
 package reliability
