@@ -258,7 +258,7 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c Claim, lock L
 		e.cfg.Logger.LogAttrs(rctx, slog.LevelError, "idem: recording the response failed; the client gets 503 and may retry",
 			slog.String("scope", c.Scope), slog.String("key", c.Key), slog.Any("error", err))
 		e.problem(w, r, c, OutcomeStoreError, &Problem{Type: ProblemNotRecorded, Title: "Outcome not recorded", Status: http.StatusServiceUnavailable,
-			Detail:     "The request could not be committed; nothing it did was kept. Retry with the same key.",
+			Detail:     "The request's outcome could not be recorded or confirmed. Retry with the same key: you will get its result, and it runs at most once.",
 			RetryAfter: e.cfg.RetryAfter, Err: err})
 		return
 	}

@@ -25,7 +25,9 @@ var hasherPool = sync.Pool{New: func() any { return &hasher{h: sha256.New(), hea
 // query (parameters sorted, so their order does not matter) and the body. A body that is
 // one valid JSON value is canonicalised per RFC 8785 first, whatever its Content-Type
 // (clients such as curl -d send JSON as a form), so key order and white space do not
-// matter while values do; any other body is hashed as bytes.
+// matter while values do; any other body is hashed as bytes. As RFC 8785 prescribes,
+// numbers compare as IEEE 754 doubles: integers beyond 2^53 that round to the same double
+// (9007199254740993 and 9007199254740992) are the same payload.
 func Fingerprint(r *http.Request, body []byte) ([]byte, error) {
 	return fingerprint(r, body, nil)
 }

@@ -3,6 +3,8 @@ package core
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 )
@@ -87,8 +89,20 @@ func (o *Operation) RecoveryPoint() string { return o.point }
 func (o *Operation) Resumed() bool { return o.resumed }
 
 // DerivedKey returns "<key>:<suffix>", an idempotency key for a call to another
-// service (a payment provider, say) that is stable across retries and takeovers.
+// service (a payment provider, say) that is stable across retries and takeovers. It is
+// unique within the operation's scope only: where one provider account serves several
+// scopes (a platform charging for all its tenants), two tenants sending the same key
+// would collide there; use ScopedDerivedKey.
 func (o *Operation) DerivedKey(suffix string) string { return o.key + ":" + suffix }
+
+// ScopedDerivedKey returns "<scope id>:<key>:<suffix>", a derived key that is unique
+// across scopes, for a provider account shared by several scopes. The scope id is the
+// first 16 hex digits of the scope's SHA-256, so the key's length does not depend on the
+// scope and the scope's name is not disclosed to the provider.
+func (o *Operation) ScopedDerivedKey(suffix string) string {
+	sum := sha256.Sum256([]byte(o.scope))
+	return hex.EncodeToString(sum[:8]) + ":" + o.key + ":" + suffix
+}
 
 // Phase runs fn as the named phase and records name as the recovery point.
 //

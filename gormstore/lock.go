@@ -221,10 +221,17 @@ func (l *lock) Release(ctx context.Context) error {
 			tx.Rollback()
 		}
 	}
-	q := "DELETE FROM " + l.s.quoted
-	if l.progress {
-		q = "UPDATE " + l.s.quoted + " SET locked_until = NULL"
+	const where = " WHERE scope = ? AND idem_key = ? AND lease_token = ?"
+	if !l.progress {
+		// Only a key still at its first point: a phase whose COMMIT outcome this worker
+		// never learned may have committed, and its progress must stay.
+		res := l.s.db.WithContext(ctx).Exec("DELETE FROM "+l.s.quoted+where+" AND recovery_point = ?",
+			l.scope, l.key, l.token, core.RecoveryStarted)
+		if res.Error != nil || res.RowsAffected == 1 {
+			return fenced(ctx, "release", res)
+		}
+		// Not deleted: taken over, or a phase committed after all; the update tells which.
 	}
-	res := l.s.db.WithContext(ctx).Exec(q+" WHERE scope = ? AND idem_key = ? AND lease_token = ?", l.scope, l.key, l.token)
+	res := l.s.db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET locked_until = NULL"+where, l.scope, l.key, l.token)
 	return fenced(ctx, "release", res)
 }

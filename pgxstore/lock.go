@@ -231,7 +231,18 @@ func (l *phasedLock) Phase(ctx context.Context, point string, fn func(ctx contex
 		return errFinalOpen
 	}
 	sp := &slot{open: func(ctx context.Context) (pgx.Tx, error) { return l.s.begin(ctx, holdWait) }}
+	returned := false
+	defer func() { // fn panicked (or called runtime.Goexit): end its transaction, keep its connection out of limbo
+		if !returned {
+			if tx := sp.take(); tx != nil {
+				cctx, cancel := cleanup(ctx)
+				_ = tx.Rollback(cctx)
+				cancel()
+			}
+		}
+	}()
 	err := fn(context.WithValue(ctx, ctxKey{}, sp))
+	returned = true
 	tx := sp.take()
 	if err != nil {
 		if tx != nil {
@@ -303,11 +314,17 @@ func (l *phasedLock) Release(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("pgxstore: release: roll back: %w", err))
 		}
 	}
-	sql := l.s.q.drop
-	if l.progress {
-		sql = l.s.q.unlease
+	if !l.progress {
+		ct, err := l.s.exec(cctx, nil, l.s.q.drop, l.scope, l.key, l.tok)
+		if err != nil {
+			return errors.Join(append(errs, classify(cctx, "release", err, false))...)
+		}
+		if ct.RowsAffected() == 1 {
+			return errors.Join(errs...)
+		}
+		// Not deleted: taken over, or a phase committed after all; unlease tells which.
 	}
-	if err := l.fenced(cctx, nil, "release", sql, l.scope, l.key, l.tok); err != nil {
+	if err := l.fenced(cctx, nil, "release", l.s.q.unlease, l.scope, l.key, l.tok); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -136,8 +136,10 @@ WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'start
 WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'started'`, t),
 
 		// $1 scope, $2 key, $3 token.
+		// Only a key still at its first point: a phase whose COMMIT outcome this worker
+		// never learned (connection lost) may have committed, and its progress must stay.
 		drop: fmt.Sprintf(`DELETE FROM %s
-WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'started'`, t),
+WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'started' AND recovery_point = 'started'`, t),
 		unlease: fmt.Sprintf(`UPDATE %s SET locked_until = NULL, lease_token = NULL
 WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'started'`, t),
 

@@ -169,7 +169,11 @@ func (a *app) createPayment(w http.ResponseWriter, r *http.Request) {
 		if a.providerAccount != nil {
 			providerAccount = a.providerAccount(account)
 		}
-		id, err := a.be.provider.charge(ctx, providerAccount, op.DerivedKey("charge"), in.AmountCents)
+		derived := op.DerivedKey("charge")
+		if providerAccount != account { // one provider account for several tenants
+			derived = op.ScopedDerivedKey("charge")
+		}
+		id, err := a.be.provider.charge(ctx, providerAccount, derived, in.AmountCents)
 		if err != nil {
 			return err
 		}

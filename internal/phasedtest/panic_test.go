@@ -16,7 +16,6 @@ func TestPanicInsidePhaseEndsItsTransaction(t *testing.T) {
 	for _, k := range kinds {
 		t.Run(string(k), func(t *testing.T) {
 			t.Parallel()
-			skipKnownBug(t, k, bugPgxPhasePanic)
 			p := sharedPools(t) // the provider's pool (aux)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()

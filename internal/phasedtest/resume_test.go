@@ -98,7 +98,6 @@ func TestResumeFromEachRecoveryPoint(t *testing.T) {
 				t.Run(c.name, func(t *testing.T) {
 					t.Parallel()
 					if c.f.at == atChargeRecorded && c.f.panics {
-						skipKnownBug(t, k, bugPgxPhasePanic)
 					}
 					base := bases[c.fw]
 					r := mustPost(t, base, "/v1/payments", c.account, c.key, paymentBody)

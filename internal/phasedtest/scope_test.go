@@ -11,7 +11,6 @@ import (
 // account must make two charges: the derived keys the provider sees must differ.
 func TestDerivedKeysAcrossScopes(t *testing.T) {
 	t.Parallel()
-	skipKnownBug(t, kindPgx, bugDerivedKeyScope)
 	be := newBackend(t, kindPgx)
 	a := newApp(be, time.Minute, nil)
 	a.providerAccount = func(string) string { return "platform" }
