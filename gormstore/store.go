@@ -65,8 +65,9 @@ func WithIsolation(level sql.IsolationLevel) Option {
 // phased claims always do: a completed key is then replayed with that one statement, and
 // only an unknown key opens a transaction (on SQLite, only those take the write lock). It
 // costs every first request one more statement, so it pays off where most requests are
-// retries. Default: off (an atomic replay costs BEGIN, the lock wait setting, the claim,
-// a SELECT … FOR UPDATE, its restore and ROLLBACK).
+// retries. Default: off on PostgreSQL and MySQL/MariaDB (an atomic replay costs BEGIN,
+// the lock wait setting, the claim, a SELECT … FOR UPDATE, its restore and ROLLBACK); on
+// SQLite always on, since there every claim transaction queues for the one write lock.
 func WithLookupFirst() Option {
 	return func(s *Store) { s.lookupFirst = true }
 }
@@ -89,6 +90,8 @@ func New(db *gorm.DB, opts ...Option) *Store {
 		dialect:  d,
 		table:    DefaultTable,
 		lockWait: core.DefaultLockWait,
+		// SQLite has one write lock: a replay that reads first never queues for it.
+		lookupFirst: d == sqlite,
 	}
 	for _, o := range opts {
 		o(s)
