@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
@@ -75,4 +77,43 @@ func ExampleOperation_Phase() {
 	// Output:
 	// charging with provider key pay-1:charge
 	// 201
+}
+
+// Counting outcomes for metrics: a Prometheus CounterVec or an OpenTelemetry counter
+// takes the place of the map in a real service.
+func ExampleHookFunc() {
+	var mu sync.Mutex
+	counts := map[core.Outcome]int{}
+	handler := core.Middleware(core.Config{
+		Store: memstore.New(),
+		Scope: func(*http.Request) string { return "account-1" },
+		Hooks: core.HookFunc(func(_ context.Context, ev core.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			counts[ev.Outcome]++ // e.g. outcomes.WithLabelValues(string(ev.Outcome)).Inc()
+		}),
+	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
+
+	for _, key := range []string{"a", "a", "b"} {
+		r := httptest.NewRequest("POST", "/orders", nil)
+		r.Header.Set("Idempotency-Key", key)
+		handler.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	fmt.Println("claimed", counts[core.OutcomeClaimed], "completed", counts[core.OutcomeCompleted], "replayed", counts[core.OutcomeReplayed])
+	// Output:
+	// claimed 2 completed 2 replayed 1
+}
+
+// A sweeper deleting keys past retention, in the background until shutdown.
+func ExampleSweeper() {
+	store := memstore.New()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() {
+		done <- (&core.Sweeper{Store: store, Retention: 24 * time.Hour, Interval: time.Minute}).Run(ctx)
+	}()
+	cancel() // on shutdown
+	fmt.Println(<-done)
+	// Output:
+	// <nil>
 }
