@@ -28,6 +28,12 @@
 //		Scope: func(r *http.Request) string { return r.Header.Get("X-Account") },
 //	})
 //
+// A completed key is kept compact, so that a store holding hundreds of thousands of them
+// costs the garbage collector little: its fingerprint, method, path, recovery point and
+// response (status, headers, body) are encoded together in one pointer-free string, and
+// the *core.Record is decoded from it on the key's first replay. Later replays return that
+// same record without allocating.
+//
 // Records returned by Claim are shared with the store and with other callers: do not
 // mutate them, their Fingerprint, Response, Response.Header or Response.Body.
 package memstore
