@@ -59,10 +59,10 @@ type Config struct {
 	// before answering 409. Default: 2s.
 	LockWait time.Duration
 
-	// StoreTimeout bounds every store call the engine makes, so an unresponsive
-	// database gets a 503 instead of a request that hangs: a claim may take LockWait plus
-	// StoreTimeout; recording or releasing the outcome, which runs even after the client
-	// hung up, may take StoreTimeout. Default: 5s.
+	// StoreTimeout bounds the store's work for a request, so an unresponsive database
+	// gets a 503 instead of a request that hangs: the engine passes LockWait plus
+	// StoreTimeout as Claim.Timeout, which a store enforces on the claim and on recording
+	// or releasing the outcome (which run even after the client hung up). Default: 5s.
 	StoreTimeout time.Duration
 
 	// Retention is how long a key is kept; an older key counts as absent. Default: 24h.

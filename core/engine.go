@@ -224,9 +224,9 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c Claim, lock L
 	defer putBuffer(buf)
 
 	// The context the outcome is recorded with: the handler's work is done, so a client
-	// that hangs up now must not abort the commit half-way; StoreTimeout still bounds it.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), e.cfg.StoreTimeout)
-	defer cancel()
+	// that hangs up now must not abort the commit half-way. The store bounds Complete and
+	// Release itself (Claim.Timeout), so no timer is paid here on stores that never block.
+	rctx := context.WithoutCancel(r.Context())
 	switch {
 	case op.leaseErr != nil:
 		e.release(rctx, r, c, lock, op.leaseErr)
@@ -271,9 +271,7 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c Claim, lock L
 func (e *Engine) runHandler(r *http.Request, c Claim, lock Lock, next func(http.ResponseWriter, *http.Request), buf *Buffer, r2 *http.Request) {
 	defer func() {
 		if p := recover(); p != nil {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), e.cfg.StoreTimeout)
-			defer cancel()
-			e.release(ctx, r, c, lock, fmt.Errorf("idem: handler panicked: %v", p))
+			e.release(context.WithoutCancel(r.Context()), r, c, lock, fmt.Errorf("idem: handler panicked: %v", p))
 			panic(p)
 		}
 	}()

@@ -74,10 +74,12 @@ type Claim struct {
 	// Retention: a key created longer ago than this counts as absent (unless its lease
 	// is live), even before the sweeper deletes it.
 	Retention time.Duration
-	// Timeout, when positive, bounds the whole Claim call, lock wait included, so an
-	// unresponsive database costs a bounded wait and an error, not a hung request. A
-	// store doing I/O enforces it on the claim's own statements (a context deadline), never
-	// on the transaction it hands the handler.
+	// Timeout, when positive, bounds the whole Claim call, lock wait included, and each
+	// of the lock's Complete and Release calls, so an unresponsive database costs a
+	// bounded wait and an error, not a hung request. A store doing I/O enforces it (a
+	// context deadline) on its own statements, never on the transaction it hands the
+	// handler. The engine calls Complete and Release with a context that is never
+	// cancelled: the bound is the store's.
 	Timeout time.Duration
 }
 

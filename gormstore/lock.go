@@ -31,6 +31,7 @@ type lock struct {
 	held       *holder  // what Context hands the handler; phased: opened on first use
 	ended      bool
 	inPhase    bool
+	timeout    time.Duration // bounds Complete's statement (core.Claim.Timeout)
 }
 
 var _ core.Lock = (*lock)(nil)
@@ -173,6 +174,13 @@ func (l *lock) Complete(ctx context.Context, r *core.Response) error {
 	db := l.s.db
 	if tx != nil {
 		db = tx
+	}
+	// The engine's ctx is never cancelled: bound the statement here. (database/sql's
+	// Commit takes no context; the transaction's own context still applies to it.)
+	if l.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.timeout)
+		defer cancel()
 	}
 
 	nowSQL, nowArgs := l.s.nowSQL(l.s.clock())

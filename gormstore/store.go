@@ -320,7 +320,7 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c core.Claim, wait time.Dura
 // with the connection's own lock wait back; phased, it commits.
 func (s *Store) hold(ctx context.Context, tx *gorm.DB, restore func() error, c core.Claim, token any, point string, takenOver bool) (*lock, error) {
 	l := &lock{
-		s: s, mode: c.Mode, scope: c.Scope, key: c.Key, token: token, lease: c.Lease,
+		s: s, mode: c.Mode, scope: c.Scope, key: c.Key, token: token, lease: c.Lease, timeout: c.Timeout,
 		initial: point, point: point, progress: point != core.RecoveryStarted, takenOver: takenOver,
 	}
 	if c.Mode == core.ModeAtomic {

@@ -187,7 +187,7 @@ func (s *Store) claimPhased(ctx context.Context, c core.Claim) (core.Lock, *core
 	if res.rec != nil {
 		return nil, res.rec, nil
 	}
-	l := &phasedLock{s: s, scope: c.Scope, key: c.Key, tok: tok, lease: c.Lease,
+	l := &phasedLock{s: s, scope: c.Scope, key: c.Key, tok: tok, lease: c.Lease, timeout: c.Timeout,
 		point: res.point, takenOver: res.takenOver, progress: res.point != core.RecoveryStarted}
 	l.final = &slot{open: func(ctx context.Context) (pgx.Tx, error) { return s.begin(ctx, holdWait) }}
 	return l, nil, nil
@@ -226,7 +226,7 @@ func (s *Store) claimAtomic(ctx context.Context, c core.Claim) (core.Lock, *core
 func (s *Store) claimAtomicOnce(ctx context.Context, c core.Claim, wait time.Duration) (core.Lock, *core.Record, error) {
 	tok := newToken()
 	args := claimArgs(c, tok, wait)[:8]
-	l := &atomicLock{s: s, scope: c.Scope, key: c.Key, tok: tok}
+	l := &atomicLock{s: s, scope: c.Scope, key: c.Key, tok: tok, timeout: c.Timeout}
 	var row claimRow
 	conn, release, fast, err := s.dedicated(ctx, wait)
 	switch {

@@ -24,6 +24,16 @@ func cleanup(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 }
 
+// bounded returns ctx with the claim's timeout (core.Claim.Timeout; cleanupTimeout when
+// it set none) for a completion: the engine hands Complete a context that is never
+// cancelled, and a paused database must still cost a bounded wait.
+func bounded(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout <= 0 {
+		timeout = cleanupTimeout
+	}
+	return context.WithTimeout(ctx, timeout)
+}
+
 // completeArgs are the completion statement's arguments. r is encoded before it returns,
 // so nothing of r is kept.
 func completeArgs(scope, key string, tok token, r *core.Response) []any {
@@ -46,6 +56,7 @@ type atomicLock struct {
 	conn    *pgx.Conn
 	release func()
 	ended   bool
+	timeout time.Duration // bounds Complete (core.Claim.Timeout)
 }
 
 var _ core.Lock = (*atomicLock)(nil)
@@ -96,6 +107,8 @@ func (l *atomicLock) Complete(ctx context.Context, r *core.Response) error {
 	}
 	l.ended = true
 	l.slot.take()
+	ctx, cancel := bounded(ctx, l.timeout)
+	defer cancel()
 	args := completeArgs(l.scope, l.key, l.tok, r)
 	if l.conn == nil {
 		return l.completeTx(ctx, args)
@@ -202,6 +215,7 @@ type phasedLock struct {
 	progress   bool  // a phase has committed: Release keeps the key and its point
 	final      *slot // the final transaction
 	ended      bool
+	timeout    time.Duration // bounds Complete (core.Claim.Timeout)
 }
 
 var _ core.Lock = (*phasedLock)(nil)
@@ -291,6 +305,8 @@ func (l *phasedLock) Complete(ctx context.Context, r *core.Response) error {
 		return errEnded
 	}
 	tx := l.final.take()
+	ctx, cancel := bounded(ctx, l.timeout)
+	defer cancel()
 	if err := l.fenced(ctx, tx, "complete", l.s.q.complete, completeArgs(l.scope, l.key, l.tok, r)...); err != nil {
 		return err
 	}
