@@ -66,11 +66,9 @@ func (cfg Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 	if s := cfg.Config.Scope; scope == nil && s != nil {
 		scope = func(c echo.Context) string { return s(c.Request()) }
 	}
-	cfg.NoScopeFunc = true // the engine is driven through ServeScoped only
+	// Driven through ServeScoped only; with no scope at all, core reports Scope as required.
+	cfg.NoScopeFunc = scope != nil
 	eng, err := core.New(cfg.Config)
-	if err == nil && scope == nil {
-		err = fmt.Errorf("%w: Scope: required (return a constant for a single-tenant API)", core.ErrInvalidConfig)
-	}
 	if err != nil {
 		return nil, fmt.Errorf("echoidem: %w", err)
 	}
