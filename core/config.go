@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/idemkit/idem/core/storage"
 	"golang.org/x/net/http/httpguts"
 )
 
@@ -13,7 +14,7 @@ import (
 // (DefaultConfig returns them all); Store and Scope are required.
 type Config struct {
 	// Store keeps the keys. Required.
-	Store Store
+	Store storage.Store
 
 	// Scope names the caller a key belongs to (account, API key, tenant); keys never
 	// collide across scopes. It runs after authentication, so it can read what that
@@ -65,9 +66,6 @@ type Config struct {
 	// or releasing the outcome (which run even after the client hung up). Default: 5s.
 	StoreTimeout time.Duration
 
-	// Retention is how long a key is kept; an older key counts as absent. Default: 24h.
-	Retention time.Duration
-
 	// MaxRequestBody is the largest request body read; a larger one is a 413 problem
 	// and the handler does not run. Default: 1 MiB.
 	MaxRequestBody int64
@@ -112,7 +110,6 @@ const (
 	DefaultLease           = 60 * time.Second
 	DefaultLockWait        = 2 * time.Second
 	DefaultStoreTimeout    = 5 * time.Second
-	DefaultRetention       = 24 * time.Hour
 	DefaultMaxRequestBody  = 1 << 20
 	DefaultMaxResponseBody = 1 << 20
 	DefaultRetryAfter      = time.Second
@@ -133,7 +130,6 @@ func DefaultConfig() Config {
 		Lease:           DefaultLease,
 		LockWait:        DefaultLockWait,
 		StoreTimeout:    DefaultStoreTimeout,
-		Retention:       DefaultRetention,
 		MaxRequestBody:  DefaultMaxRequestBody,
 		MaxResponseBody: DefaultMaxResponseBody,
 		ReplayHeaders:   append([]string(nil), DefaultReplayHeaders...),
@@ -181,9 +177,6 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.StoreTimeout == 0 {
 		c.StoreTimeout = d.StoreTimeout
-	}
-	if c.Retention == 0 {
-		c.Retention = d.Retention
 	}
 	if c.MaxRequestBody == 0 {
 		c.MaxRequestBody = d.MaxRequestBody
@@ -241,8 +234,8 @@ func (c Config) Validate() error {
 		return bad("LockWait", "must be positive")
 	case c.StoreTimeout <= 0:
 		return bad("StoreTimeout", "must be positive")
-	case c.Retention < c.Lease:
-		return bad("Retention", "%s is shorter than Lease (%s)", c.Retention, c.Lease)
+	case c.Store.Retention() < c.Lease:
+		return bad("Lease", "%s is longer than the store's retention (%s)", c.Lease, c.Store.Retention())
 	case c.MaxRequestBody < 0:
 		return bad("MaxRequestBody", "negative")
 	case c.MaxResponseBody < 0:

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idem/core/storage"
 )
 
 // Engine runs the idempotency protocol for one configuration. Framework adapters call
@@ -21,6 +23,8 @@ type Engine struct {
 	header  string // canonical HeaderName
 	methods []string
 	replay  []string // canonical ReplayHeaders
+	// retention is the store's, read once: claims and the sweeper agree on it.
+	retention time.Duration
 }
 
 // New returns an Engine for cfg, with defaults applied to its zero fields. It fails with
@@ -30,7 +34,7 @@ func New(cfg Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, mode: cfg.Mode, header: http.CanonicalHeaderKey(cfg.HeaderName), methods: cfg.Methods}
+	e := &Engine{cfg: cfg, mode: cfg.Mode, header: http.CanonicalHeaderKey(cfg.HeaderName), methods: cfg.Methods, retention: cfg.Store.Retention()}
 	if e.mode == ModeDefault {
 		e.mode = ModePhased
 		if cfg.Store.SupportsAtomic() {
@@ -109,8 +113,8 @@ func (e *Engine) serve(w http.ResponseWriter, r *http.Request, scope string, nex
 	}
 
 	ctx := r.Context()
-	c := Claim{Scope: scope, Key: key, Fingerprint: fp, Method: r.Method, Path: r.URL.Path,
-		Mode: e.mode, Lease: e.cfg.Lease, LockWait: e.cfg.LockWait, Retention: e.cfg.Retention, Timeout: e.cfg.LockWait + e.cfg.StoreTimeout}
+	c := storage.Claim{Scope: scope, Key: key, Fingerprint: fp, Method: r.Method, Path: r.URL.Path,
+		Mode: e.mode.storage(), Lease: e.cfg.Lease, LockWait: e.cfg.LockWait, Retention: e.retention, Timeout: e.cfg.LockWait + e.cfg.StoreTimeout}
 	lock, rec, err := e.claim(ctx, c)
 	switch {
 	case err != nil:
@@ -135,11 +139,11 @@ func (e *Engine) Applies(r *http.Request) bool {
 
 // claim asks the store, waiting up to LeaseWait for a live phased lease with the same
 // fingerprint to finish.
-func (e *Engine) claim(ctx context.Context, c Claim) (Lock, *Record, error) {
+func (e *Engine) claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
 	var deadline time.Time
 	for {
 		lock, rec, err := e.cfg.Store.Claim(ctx, c)
-		if err != nil || rec == nil || rec.State != StateStarted || e.cfg.LeaseWait <= 0 || !bytes.Equal(rec.Fingerprint, c.Fingerprint) {
+		if err != nil || rec == nil || rec.State != storage.StateStarted || e.cfg.LeaseWait <= 0 || !bytes.Equal(rec.Fingerprint, c.Fingerprint) {
 			return lock, rec, err
 		}
 		if deadline.IsZero() {
@@ -160,13 +164,13 @@ func (e *Engine) claim(ctx context.Context, c Claim) (Lock, *Record, error) {
 }
 
 // answer responds to a request whose key is held by rec.
-func (e *Engine) answer(w http.ResponseWriter, r *http.Request, c Claim, rec *Record) {
+func (e *Engine) answer(w http.ResponseWriter, r *http.Request, c storage.Claim, rec *storage.Record) {
 	switch {
 	case !bytes.Equal(rec.Fingerprint, c.Fingerprint):
 		e.problem(w, r, c, OutcomeMismatch, &Problem{Type: ProblemKeyReused, Title: "Idempotency key reused", Status: http.StatusUnprocessableEntity,
 			Detail: fmt.Sprintf("This %s was first used with a different request (method, path or body); use a new key for a new request.", e.cfg.HeaderName),
 			Err:    ErrKeyReused})
-	case rec.State != StateCompleted || rec.Response == nil:
+	case rec.State != storage.StateCompleted || rec.Response == nil:
 		e.inProgress(w, r, c, ErrInProgress)
 	default:
 		e.replayResponse(w, r, c, rec.Response)
@@ -182,7 +186,7 @@ const (
 
 var replayedValue = []string{"true"}
 
-func (e *Engine) replayResponse(w http.ResponseWriter, r *http.Request, c Claim, resp *Response) {
+func (e *Engine) replayResponse(w http.ResponseWriter, r *http.Request, c storage.Claim, resp *storage.Response) {
 	if n, omitted := resp.Header[omittedHeader]; omitted {
 		h := w.Header()
 		for k, v := range resp.Header {
@@ -206,7 +210,7 @@ func (e *Engine) replayResponse(w http.ResponseWriter, r *http.Request, c Claim,
 
 // execute runs the handler under lock and records its outcome before anything reaches
 // the client.
-func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c Claim, lock Lock, body []byte, next func(http.ResponseWriter, *http.Request)) {
+func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c storage.Claim, lock storage.Lock, body []byte, next func(http.ResponseWriter, *http.Request)) {
 	outcome := OutcomeClaimed
 	if lock.TakenOver() {
 		outcome = OutcomeTookOver
@@ -268,7 +272,7 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c Claim, lock L
 
 // runHandler runs next; on a panic it releases the key, then re-raises the panic so the
 // framework's recovery still answers.
-func (e *Engine) runHandler(r *http.Request, c Claim, lock Lock, next func(http.ResponseWriter, *http.Request), buf *Buffer, r2 *http.Request) {
+func (e *Engine) runHandler(r *http.Request, c storage.Claim, lock storage.Lock, next func(http.ResponseWriter, *http.Request), buf *Buffer, r2 *http.Request) {
 	defer func() {
 		if p := recover(); p != nil {
 			e.release(context.WithoutCancel(r.Context()), r, c, lock, fmt.Errorf("idem: handler panicked: %v", p))
@@ -278,7 +282,7 @@ func (e *Engine) runHandler(r *http.Request, c Claim, lock Lock, next func(http.
 	next(buf, r2)
 }
 
-func (e *Engine) release(ctx context.Context, r *http.Request, c Claim, lock Lock, cause error) {
+func (e *Engine) release(ctx context.Context, r *http.Request, c storage.Claim, lock storage.Lock, cause error) {
 	err := lock.Release(ctx)
 	if err != nil {
 		e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: releasing the key failed",
@@ -287,13 +291,13 @@ func (e *Engine) release(ctx context.Context, r *http.Request, c Claim, lock Loc
 	e.observe(r.Context(), c, OutcomeRolledBack, 0, errors.Join(cause, err))
 }
 
-var responsePool = sync.Pool{New: func() any { return &Response{Header: make(http.Header, 4)} }}
+var responsePool = sync.Pool{New: func() any { return &storage.Response{Header: make(http.Header, 4)} }}
 
 // recordable builds the Response to store from the handler's buffer: allow-listed
 // headers only, and the body unless it is over MaxResponseBody. Stores keep none of it
 // (Lock.Complete's contract), so it comes from a pool; return it with putResponse.
-func (e *Engine) recordable(buf *Buffer) *Response {
-	resp := responsePool.Get().(*Response)
+func (e *Engine) recordable(buf *Buffer) *storage.Response {
+	resp := responsePool.Get().(*storage.Response)
 	resp.Status = buf.Status()
 	for _, k := range e.replay {
 		if v, ok := buf.header[k]; ok {
@@ -308,7 +312,7 @@ func (e *Engine) recordable(buf *Buffer) *Response {
 	return resp
 }
 
-func putResponse(resp *Response) {
+func putResponse(resp *storage.Response) {
 	clear(resp.Header)
 	resp.Body = nil
 	responsePool.Put(resp)
@@ -323,7 +327,7 @@ func writeBuffer(w http.ResponseWriter, buf *Buffer) {
 	_, _ = w.Write(buf.Bytes())
 }
 
-func (e *Engine) storeFailed(w http.ResponseWriter, r *http.Request, c Claim, err error) {
+func (e *Engine) storeFailed(w http.ResponseWriter, r *http.Request, c storage.Claim, err error) {
 	switch {
 	case errors.Is(err, ErrInProgress):
 		e.inProgress(w, r, c, err)
@@ -338,22 +342,22 @@ func (e *Engine) storeFailed(w http.ResponseWriter, r *http.Request, c Claim, er
 	}
 }
 
-func (e *Engine) inProgress(w http.ResponseWriter, r *http.Request, c Claim, err error) {
+func (e *Engine) inProgress(w http.ResponseWriter, r *http.Request, c storage.Claim, err error) {
 	e.problem(w, r, c, OutcomeConflict, &Problem{Type: ProblemInProgress, Title: "Request in progress", Status: http.StatusConflict,
 		Detail:     fmt.Sprintf("A request with this %s is still being processed. Retry later with the same key to get its response.", e.cfg.HeaderName),
 		RetryAfter: e.cfg.RetryAfter, Err: err})
 }
 
 func (e *Engine) reject(w http.ResponseWriter, r *http.Request, key string, p *Problem) {
-	e.problem(w, r, Claim{Key: key, Method: r.Method, Path: r.URL.Path}, OutcomeRejected, p)
+	e.problem(w, r, storage.Claim{Key: key, Method: r.Method, Path: r.URL.Path}, OutcomeRejected, p)
 }
 
-func (e *Engine) problem(w http.ResponseWriter, r *http.Request, c Claim, outcome Outcome, p *Problem) {
+func (e *Engine) problem(w http.ResponseWriter, r *http.Request, c storage.Claim, outcome Outcome, p *Problem) {
 	e.cfg.Problem(w, r, p)
 	e.observe(r.Context(), c, outcome, p.Status, p.Err)
 }
 
-func (e *Engine) observe(ctx context.Context, c Claim, outcome Outcome, status int, err error) {
+func (e *Engine) observe(ctx context.Context, c storage.Claim, outcome Outcome, status int, err error) {
 	if e.cfg.Hooks == nil {
 		return
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // harness is a keyed route behind core.Middleware with memstore, counting handler runs.
@@ -24,7 +25,7 @@ type harness struct {
 	t       *testing.T
 	handler http.Handler
 	runs    atomic.Int64
-	store   core.Store
+	store   storage.Store
 }
 
 const orderJSON = `{"item":"book","quantity":2}`
@@ -365,7 +366,7 @@ type failingStore struct {
 	released    atomic.Int64
 }
 
-func (s *failingStore) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Record, error) {
+func (s *failingStore) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
 	if s.claimErr != nil {
 		return nil, nil, s.claimErr
 	}
@@ -373,17 +374,18 @@ func (s *failingStore) Claim(ctx context.Context, c core.Claim) (core.Lock, *cor
 }
 func (s *failingStore) DeleteExpired(context.Context, time.Time, int) (int, error) { return 0, nil }
 func (s *failingStore) SupportsAtomic() bool                                       { return false }
+func (s *failingStore) Retention() time.Duration                                   { return 24 * time.Hour }
 
 type failingLock struct{ s *failingStore }
 
 func (l *failingLock) Context(ctx context.Context) context.Context { return ctx }
-func (l *failingLock) RecoveryPoint() string                       { return core.RecoveryStarted }
+func (l *failingLock) RecoveryPoint() string                       { return storage.RecoveryStarted }
 func (l *failingLock) TakenOver() bool                             { return false }
 func (l *failingLock) Phase(ctx context.Context, _ string, fn func(context.Context) error) error {
 	return fn(ctx)
 }
-func (l *failingLock) Complete(context.Context, *core.Response) error { return l.s.completeErr }
-func (l *failingLock) Release(context.Context) error                  { l.s.released.Add(1); return nil }
+func (l *failingLock) Complete(context.Context, *storage.Response) error { return l.s.completeErr }
+func (l *failingLock) Release(context.Context) error                     { l.s.released.Add(1); return nil }
 
 func TestStoreFailureFailsClosed(t *testing.T) {
 	t.Parallel()
@@ -543,7 +545,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		"ReplayHeaders":  {Store: memstore.New(), Scope: scope, ReplayHeaders: []string{"Location", "Set-Cookie"}},
 		"ReplayHeaders:": {Store: memstore.New(), Scope: scope, ReplayHeaders: []string{"www-authenticate"}},
 		"Lease":          {Store: memstore.New(), Scope: scope, Lease: -time.Second},
-		"Retention":      {Store: memstore.New(), Scope: scope, Retention: time.Second, Lease: time.Minute},
+		"Lease:":         {Store: memstore.New(memstore.WithRetention(time.Second)), Scope: scope, Lease: time.Minute},
 	}
 	for field, cfg := range cases {
 		_, err := core.New(cfg)
@@ -566,13 +568,15 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 
 func TestSweeperDeletesExpiredKeys(t *testing.T) {
 	t.Parallel()
-	store := memstore.New()
+	// The keys are made two hours ago by the store's clock; the sweeper's cut-off is an
+	// hour ago by the real one.
+	twoHoursAgo := func() time.Time { return time.Now().Add(-2 * time.Hour) }
+	store := memstore.New(memstore.WithClock(twoHoursAgo), memstore.WithRetention(time.Hour))
 	hs := newHarness(t, core.Config{Store: store}, nil)
 	for i := range 7 {
 		hs.do("POST", fmt.Sprintf("k%d", i), orderJSON)
 	}
-	time.Sleep(5 * time.Millisecond)
-	sw := &core.Sweeper{Store: store, BatchSize: 3, Retention: time.Millisecond}
+	sw := &core.Sweeper{Store: store, BatchSize: 3}
 	n, err := sw.Sweep(context.Background())
 	if err != nil || n != 7 {
 		t.Fatalf("Sweep = %d, %v; want 7 in batches of 3", n, err)

@@ -1,6 +1,10 @@
 package core
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/idemkit/idem/core/storage"
+)
 
 // Sentinel errors. Stores and adapters wrap them with %w, so callers test with errors.Is.
 var (
@@ -16,19 +20,6 @@ var (
 	// body). The client gets 422.
 	ErrKeyReused = errors.New("idem: idempotency key reused with a different request")
 
-	// ErrInProgress reports that another request holds the key right now. Stores return
-	// it when the lock wait runs out; the client gets 409 with Retry-After.
-	ErrInProgress = errors.New("idem: a request with this idempotency key is in progress")
-
-	// ErrLeaseLost reports that a worker's lease was taken over by another worker: its
-	// phase commit, completion or release changed nothing and its transaction rolled back.
-	ErrLeaseLost = errors.New("idem: lease lost to another worker")
-
-	// ErrTransient reports a store failure that is safe to retry at once, such as a
-	// serialization failure or a deadlock. Everything was rolled back; the client gets 503
-	// with Retry-After.
-	ErrTransient = errors.New("idem: transient store failure, retry")
-
 	// ErrBodyTooLarge reports a request body over Config.MaxRequestBody. The client gets 413.
 	ErrBodyTooLarge = errors.New("idem: request body too large")
 
@@ -36,10 +27,24 @@ var (
 	// idempotent operation (the route is not keyed, or the key was optional and absent).
 	ErrNoOperation = errors.New("idem: no idempotent operation in context")
 
-	// ErrUnsupportedMode is returned by a store asked for a mode it cannot run, such as
-	// atomic mode on a store that has no transaction to share.
-	ErrUnsupportedMode = errors.New("idem: store does not support this mode")
-
 	// ErrInvalidConfig is wrapped by Config.Validate; the message names the field.
 	ErrInvalidConfig = errors.New("idem: invalid config")
+
+	// ErrInProgress reports that another request holds the key right now. The client
+	// gets 409 with Retry-After.
+	ErrInProgress = storage.ErrInProgress
+
+	// ErrLeaseLost reports that a worker's lease was taken over by another worker: its
+	// phase commit, completion or release changed nothing and its transaction rolled
+	// back. Operation.Phase returns it; the handler should stop.
+	ErrLeaseLost = storage.ErrLeaseLost
+
+	// ErrTransient reports a store failure that is safe to retry at once, such as a
+	// serialization failure or a deadlock. Everything was rolled back; the client gets
+	// 503 with Retry-After.
+	ErrTransient = storage.ErrTransient
+
+	// ErrUnsupportedMode reports a mode the store cannot run, such as atomic mode on a
+	// store with no transaction to share; New wraps it in its ErrInvalidConfig.
+	ErrUnsupportedMode = storage.ErrUnsupportedMode
 )

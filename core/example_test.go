@@ -106,11 +106,11 @@ func ExampleHookFunc() {
 
 // A sweeper deleting keys past retention, in the background until shutdown.
 func ExampleSweeper() {
-	store := memstore.New()
+	store := memstore.New(memstore.WithRetention(24 * time.Hour)) // the sweeper reads it from the store
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() {
-		done <- (&core.Sweeper{Store: store, Retention: 24 * time.Hour, Interval: time.Minute}).Run(ctx)
+		done <- (&core.Sweeper{Store: store, Interval: time.Minute}).Run(ctx)
 	}()
 	cancel() // on shutdown
 	fmt.Println(<-done)

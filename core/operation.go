@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+
+	"github.com/idemkit/idem/core/storage"
 )
 
 type operationKey struct{}
@@ -16,7 +18,7 @@ type operationKey struct{}
 type Operation struct {
 	key      string
 	scope    string
-	lock     Lock
+	lock     storage.Lock
 	point    string // last committed recovery point
 	resume   string // recovery point to resume after; "" once reached
 	resumed  bool
@@ -32,10 +34,10 @@ type run struct {
 	body bytes.Reader
 }
 
-func newRun(parent context.Context, scope, key string, lock Lock, body []byte) *run {
+func newRun(parent context.Context, scope, key string, lock storage.Lock, body []byte) *run {
 	rn := &run{Context: parent}
 	rn.op = Operation{key: key, scope: scope, lock: lock, point: lock.RecoveryPoint(), resumed: lock.TakenOver()}
-	if rn.op.point != RecoveryStarted {
+	if rn.op.point != storage.RecoveryStarted {
 		rn.op.resume = rn.op.point
 	}
 	rn.body.Reset(body)
@@ -115,7 +117,7 @@ func (o *Operation) ScopedDerivedKey(suffix string) string {
 // read what a skipped phase produced from the database. In atomic mode fn simply runs in
 // the request's transaction.
 func (o *Operation) Phase(ctx context.Context, name string, fn func(ctx context.Context) error) error {
-	if name == "" || name == RecoveryStarted {
+	if name == "" || name == storage.RecoveryStarted {
 		return fmt.Errorf("idem: phase name %q is reserved", name)
 	}
 	if o.resume != "" {

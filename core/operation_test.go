@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // TestPhasedResumeSkipsCommittedPhases: an attempt that fails after its first phase
@@ -61,7 +62,7 @@ func TestPhasedResumeSkipsCommittedPhases(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(seen) != 2 || seen[0] != core.RecoveryStarted || seen[1] != "charge_created" {
+	if len(seen) != 2 || seen[0] != storage.RecoveryStarted || seen[1] != "charge_created" {
 		t.Fatalf("recovery points seen by the handler: %v", seen)
 	}
 }

@@ -5,16 +5,18 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/idemkit/idem/core/storage"
 )
 
-// Sweeper deletes keys past retention in batches, on an interval, until its context is
-// done. Run one per deployment (several are harmless: batches are small and deletes
-// idempotent).
+// Sweeper deletes keys past the store's retention (storage.Store.Retention, set where
+// the store is made, such as pgxstore.WithRetention) in batches, on an interval, until
+// its context is done. Claims and the sweeper read the same setting, so a live key is
+// never swept. Run one per deployment (several are harmless: batches are small and
+// deletes idempotent). Stores that expire keys themselves (redisstore) need none.
 type Sweeper struct {
 	// Store is swept. Required.
-	Store Store
-	// Retention: keys created longer ago are deleted. Default: 24h.
-	Retention time.Duration
+	Store storage.Store
 	// Interval between sweeps. Default: 1m.
 	Interval time.Duration
 	// BatchSize is the most keys one DeleteExpired call removes. Default: 5000.
@@ -29,9 +31,9 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 	if s.Store == nil {
 		return 0, fmt.Errorf("%w: Sweeper.Store: required", ErrInvalidConfig)
 	}
-	retention, batch := s.Retention, s.BatchSize
+	retention, batch := s.Store.Retention(), s.BatchSize
 	if retention <= 0 {
-		retention = DefaultRetention
+		return 0, fmt.Errorf("%w: Sweeper.Store: %T reports a retention of %v", ErrInvalidConfig, s.Store, retention)
 	}
 	if batch <= 0 {
 		batch = 5000

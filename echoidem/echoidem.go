@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // Config configures the Echo middleware. Zero fields take their value from DefaultConfig.
@@ -37,7 +38,7 @@ var DefaultConfig = Config{Skipper: func(echo.Context) bool { return false }, Co
 // CALLERS: a key sent by one client replays its response to any other client sending
 // the same key. That suits a single-tenant API only; a multi-tenant API must use
 // NewWithConfig with a Scope returning the caller's identity.
-func New(store core.Store) echo.MiddlewareFunc {
+func New(store storage.Store) echo.MiddlewareFunc {
 	cfg := DefaultConfig
 	cfg.Store = store
 	cfg.Scope = func(echo.Context) string { return "" }

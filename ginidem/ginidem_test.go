@@ -484,7 +484,7 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-// TestReplayAfterRetention: core options set in Config reach the engine (Retention here).
+// TestReplayAfterRetention: the store's retention reaches the engine's claims.
 func TestReplayAfterRetention(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
@@ -494,7 +494,7 @@ func TestReplayAfterRetention(t *testing.T) {
 	r := gin.New()
 	r.POST("/x", ginidem.New(ginidem.Config{
 		Scope:  func(*gin.Context) string { return "" },
-		Config: core.Config{Store: memstore.New(memstore.WithClock(clock)), Retention: time.Hour},
+		Config: core.Config{Store: memstore.New(memstore.WithClock(clock), memstore.WithRetention(time.Hour))},
 	}), func(c *gin.Context) { c.String(http.StatusCreated, "%d", runs.Add(1)) })
 	if got := do(t, r, "POST", "/x", "k", "", order); got.body != "1" {
 		t.Fatalf("first: %q", got.body)

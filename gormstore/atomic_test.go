@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
 )
 
@@ -22,7 +23,7 @@ func TestAtomic(t *testing.T) {
 				t.Parallel()
 				db := withOrders(t, d.open(t))
 				s := migrated(t, db)
-				c := claimFor("k", "a", core.ModeAtomic)
+				c := claimFor("k", "a", storage.ModeAtomic)
 				lock := mustLock(t, s, c)
 				if err := gormstore.DB(lock.Context(t.Context())).Create(&order{Ref: "a", Amount: 1}).Error; err != nil {
 					t.Fatalf("create: %v", err)
@@ -36,7 +37,7 @@ func TestAtomic(t *testing.T) {
 				if n := countOrders(t, db, "a"); n != 1 {
 					t.Fatalf("%d orders after Complete, want 1", n)
 				}
-				if rec := mustRecord(t, s, c); rec.State != core.StateCompleted || rec.Response.Status != created.Status {
+				if rec := mustRecord(t, s, c); rec.State != storage.StateCompleted || rec.Response.Status != created.Status {
 					t.Fatalf("record after Complete: %+v", rec)
 				}
 			})
@@ -44,7 +45,7 @@ func TestAtomic(t *testing.T) {
 				t.Parallel()
 				db := withOrders(t, d.open(t))
 				s := migrated(t, db)
-				lock := mustLock(t, s, claimFor("k", "a", core.ModeAtomic))
+				lock := mustLock(t, s, claimFor("k", "a", storage.ModeAtomic))
 				ctx := lock.Context(t.Context())
 				if err := gormstore.DB(ctx).Create(&order{Ref: "a"}).Error; err != nil {
 					t.Fatalf("create: %v", err)
@@ -64,7 +65,7 @@ func TestAtomic(t *testing.T) {
 				if err := gormstore.DB(ctx).Create(&order{Ref: "late"}).Error; err == nil {
 					t.Fatal("a write through the released lock's context succeeded")
 				}
-				mustLock(t, s, claimFor("k", "b", core.ModeAtomic)) // the key is free again
+				mustLock(t, s, claimFor("k", "b", storage.ModeAtomic)) // the key is free again
 			})
 			t.Run("LockWaitScopedToClaim", func(t *testing.T) {
 				t.Parallel()
@@ -73,7 +74,7 @@ func TestAtomic(t *testing.T) {
 				sqlDB.SetMaxOpenConns(1) // every statement on the same connection
 				s := migrated(t, db)
 				before := lockSetting(t, db, d.name)
-				lock := mustLock(t, s, claimFor("k", "a", core.ModeAtomic))
+				lock := mustLock(t, s, claimFor("k", "a", storage.ModeAtomic))
 				if got := lockSetting(t, gormstore.DB(lock.Context(t.Context())), d.name); got != before {
 					t.Errorf("the handler runs with lock wait setting %q, want the connection's own %q", got, before)
 				}
@@ -90,9 +91,9 @@ func TestAtomic(t *testing.T) {
 			t.Run("TwinWaitsForCompletion", func(t *testing.T) {
 				t.Parallel()
 				s := migrated(t, d.open(t))
-				c := claimFor("k", "a", core.ModeAtomic)
+				c := claimFor("k", "a", storage.ModeAtomic)
 				lock := mustLock(t, s, c)
-				twin := make(chan *core.Record, 1)
+				twin := make(chan *storage.Record, 1)
 				go func() {
 					twinClaim := c
 					twinClaim.LockWait = 5 * time.Second
@@ -106,14 +107,14 @@ func TestAtomic(t *testing.T) {
 				if err := lock.Complete(t.Context(), created); err != nil {
 					t.Fatalf("Complete: %v", err)
 				}
-				if rec := <-twin; rec == nil || rec.State != core.StateCompleted {
+				if rec := <-twin; rec == nil || rec.State != storage.StateCompleted {
 					t.Fatalf("twin got %+v, want the completed record", rec)
 				}
 			})
 			t.Run("TwinGivesUp", func(t *testing.T) {
 				t.Parallel()
 				s := migrated(t, d.open(t))
-				c := claimFor("k", "a", core.ModeAtomic)
+				c := claimFor("k", "a", storage.ModeAtomic)
 				mustLock(t, s, c)
 				c.LockWait = 100 * time.Millisecond
 				start := time.Now()
@@ -126,9 +127,9 @@ func TestAtomic(t *testing.T) {
 			t.Run("TwinClaimsAfterRelease", func(t *testing.T) {
 				t.Parallel()
 				s := migrated(t, d.open(t))
-				c := claimFor("k", "a", core.ModeAtomic)
+				c := claimFor("k", "a", storage.ModeAtomic)
 				lock := mustLock(t, s, c)
-				twin := make(chan core.Lock, 1)
+				twin := make(chan storage.Lock, 1)
 				go func() {
 					twinClaim := c
 					twinClaim.LockWait = 5 * time.Second

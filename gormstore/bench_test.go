@@ -11,7 +11,7 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
 	"github.com/idemkit/idem/internal/testdb"
 )
@@ -41,12 +41,12 @@ func BenchmarkAtomic(b *testing.B) {
 		b.Fatal(err)
 	}
 	prefix := testdb.Name("k")
-	resp := &core.Response{Status: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}},
+	resp := &storage.Response{Status: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}},
 		Body: []byte(`{"id":1,"status":"created"}`)}
 	fp := sha256.Sum256([]byte("POST /orders\n{}"))
-	claim := func(key string) core.Claim {
-		return core.Claim{Scope: "bench", Key: key, Fingerprint: fp[:], Method: http.MethodPost, Path: "/orders",
-			Mode: core.ModeAtomic, Lease: time.Minute, LockWait: 2 * time.Second, Retention: 24 * time.Hour}
+	claim := func(key string) storage.Claim {
+		return storage.Claim{Scope: "bench", Key: key, Fingerprint: fp[:], Method: http.MethodPost, Path: "/orders",
+			Mode: storage.ModeAtomic, Lease: time.Minute, LockWait: 2 * time.Second, Retention: 24 * time.Hour}
 	}
 
 	b.Run("bare", func(b *testing.B) {
@@ -94,7 +94,7 @@ func BenchmarkAtomic(b *testing.B) {
 	if err := lock.Complete(ctx, resp); err != nil {
 		b.Fatal(err)
 	}
-	replay := func(store core.Store) func(b *testing.B) {
+	replay := func(store storage.Store) func(b *testing.B) {
 		return func(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {

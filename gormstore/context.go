@@ -9,10 +9,10 @@ import (
 	"gorm.io/gorm"
 )
 
-// ErrNoTransaction is returned by DBSafely when the context carries no transaction: the
+// ErrNoTx is returned by DBSafely when the context carries no transaction: the
 // request did not go through the idem middleware with a key (or the key was optional
 // and absent), and no caller set one with WithTx.
-var ErrNoTransaction = errors.New("gormstore: no transaction in context")
+var ErrNoTx = errors.New("gormstore: no transaction in context")
 
 // errEnded reports use of a transaction after its lock was completed or released.
 var errEnded = errors.New("gormstore: the request's transaction has ended (completed or released)")
@@ -102,7 +102,7 @@ func DB(ctx context.Context) *gorm.DB {
 	h, ok := ctx.Value(ctxKey{}).(*holder)
 	if !ok {
 		panic(fmt.Sprintf("%v: gormstore.DB needs the context of a request handled by the idem middleware with a key, "+
-			"or one made by gormstore.WithTx; use gormstore.DBSafely where there may be none", ErrNoTransaction))
+			"or one made by gormstore.WithTx; use gormstore.DBSafely where there may be none", ErrNoTx))
 	}
 	tx, err := h.get()
 	if err != nil {
@@ -113,12 +113,12 @@ func DB(ctx context.Context) *gorm.DB {
 	return tx.WithContext(ctx)
 }
 
-// DBSafely is DB returning an error instead of panicking: ErrNoTransaction when ctx
+// DBSafely is DB returning an error instead of panicking: ErrNoTx when ctx
 // carries no transaction, or the error of opening it.
 func DBSafely(ctx context.Context) (*gorm.DB, error) {
 	h, ok := ctx.Value(ctxKey{}).(*holder)
 	if !ok {
-		return nil, ErrNoTransaction
+		return nil, ErrNoTx
 	}
 	tx, err := h.get()
 	if err != nil {

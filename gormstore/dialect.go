@@ -9,9 +9,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/idemkit/idem/core/storage"
 	"gorm.io/gorm"
-
-	"github.com/idemkit/idem/core"
 )
 
 // dialect is the database behind the *gorm.DB, from its Dialector's name.
@@ -249,9 +248,9 @@ func wrap(ctx context.Context, op string, err error) error {
 	}
 	switch classify(err) {
 	case kindBusy:
-		return fmt.Errorf("gormstore: %s: %w: %w", op, core.ErrInProgress, err)
+		return fmt.Errorf("gormstore: %s: %w: %w", op, storage.ErrInProgress, err)
 	case kindTransient:
-		return fmt.Errorf("gormstore: %s: %w: %w", op, core.ErrTransient, err)
+		return fmt.Errorf("gormstore: %s: %w: %w", op, storage.ErrTransient, err)
 	}
 	return fmt.Errorf("gormstore: %s: %w", op, err)
 }

@@ -1,4 +1,4 @@
-// Package gormstore is an idem key store (core.Store) on a GORM database: PostgreSQL
+// Package gormstore is an idem key store (storage.Store) on a GORM database: PostgreSQL
 // (gorm.io/driver/postgres), MySQL or MariaDB with InnoDB (gorm.io/driver/mysql) and
 // SQLite (github.com/glebarez/sqlite, pure Go, no cgo). The handler's business writes go
 // through the same transaction as the key, so they commit together with the recorded
@@ -6,7 +6,7 @@
 //
 //	db, err := gorm.Open(postgres.Open(os.Getenv("DATABASE_URL")), &gorm.Config{})
 //	// …
-//	store := gormstore.New(db)            // WithTable, WithLockWait, WithIsolation, WithLookupFirst
+//	store := gormstore.New(db)            // WithTable, WithRetention, WithIsolation, WithLookupFirst
 //	if err := store.Migrate(ctx); err != nil { … } // explicit; New never touches the database
 //
 //	mux.Handle("POST /orders", core.Middleware(core.Config{
@@ -29,7 +29,7 @@
 // DB(ctx) returns the request's *gorm.DB, bound to its transaction and to ctx. It panics
 // when ctx carries none (the route is not behind the middleware, or had no key): writing
 // outside the transaction would silently lose the guarantee, so there is no fallback to
-// the plain database. DBSafely returns ErrNoTransaction instead. WithTx puts a transaction
+// the plain database. DBSafely returns ErrNoTx instead. WithTx puts a transaction
 // the caller already has into a context, so the same code runs in a background job or a
 // test; the store's claims still open their own transactions.
 //
@@ -43,7 +43,7 @@
 // phase (core.Operation.Phase) runs in its own transaction, opened when its function first
 // calls DB and committed together with the new recovery point and a renewed lease, fenced
 // by the token: after a takeover the stale worker's phase, completion and release change
-// nothing and fail with core.ErrLeaseLost. Outside phases, DB opens the request's final
+// nothing and fail with storage.ErrLeaseLost. Outside phases, DB opens the request's final
 // transaction on first use and Complete commits it with the response; if a phase starts
 // while it is open, it becomes that phase's transaction. A request never holds two
 // connections. Phases do not nest.
@@ -53,9 +53,9 @@
 // The claim is INSERT … ON CONFLICT DO NOTHING (clause.OnConflict), then SELECT … FOR
 // UPDATE on a conflict. A twin in flight makes the INSERT wait; set_config('lock_timeout',
 // …, true) (SET LOCAL) bounds that wait, and its expiry (55P03, or 57014 from a
-// statement_timeout) is core.ErrInProgress: 409. The setting is put back before the
+// statement_timeout) is storage.ErrInProgress: 409. The setting is put back before the
 // handler runs, so the handler's statements keep the connection's own lock_timeout.
-// Serialization failures and deadlocks (40001, 40P01) are core.ErrTransient: 503. At
+// Serialization failures and deadlocks (40001, 40P01) are storage.ErrTransient: 503. At
 // REPEATABLE READ (WithIsolation) a twin that waited for a transaction that committed
 // gets one; the store retries the claim (nothing of the request has run yet), and it
 // replays. Times come from the database clock (statement_timestamp()).
@@ -73,7 +73,7 @@
 // by innodb_lock_wait_timeout, which exists per session only and in whole seconds: the
 // store sets it (the lock wait rounded up, at least 1s) for the claim and puts the
 // session's value back before the handler runs and before the connection returns to the
-// pool. Its expiry (1205) is core.ErrInProgress; a deadlock (1213) is core.ErrTransient,
+// pool. Its expiry (1205) is storage.ErrInProgress; a deadlock (1213) is storage.ErrTransient,
 // after the claim was retried. Gap locks at REPEATABLE READ can make concurrent claims of
 // new keys deadlock: that is the retried case. DeleteExpired runs at READ COMMITTED with
 // FOR UPDATE SKIP LOCKED (MySQL 8.0+, MariaDB 10.6+), so it takes no gap locks.
@@ -95,7 +95,7 @@
 // SQLite has no row locks and one writer. Every transaction the store opens writes first
 // (the claim, or in phased mode a fenced touch of the key), so it takes the write lock at
 // once, waiting up to the lock wait (PRAGMA busy_timeout, set for the claim and put back
-// after); SQLITE_BUSY past the wait is core.ErrInProgress. Writers are serialized: in
+// after); SQLITE_BUSY past the wait is storage.ErrInProgress. Writers are serialized: in
 // atomic mode a keyed request holds the write lock while its handler runs, so concurrent
 // keyed requests, whatever their keys, run one after the other and one that waits longer
 // than the lock wait gets 409. Use phased mode (core.Config.Mode) where handlers are slow.
@@ -123,7 +123,7 @@
 // On MySQL/MariaDB scope and idem_key are varbinary(255), the byte columns longblob
 // (lease_token varbinary(16)), the text columns longtext and the times datetime(6); on
 // SQLite the byte columns are blob and the times datetime. Bodies and headers are stored
-// as bytes, never JSON: headers as core.EncodeHeader lines. The README has the full DDL
+// as bytes, never JSON: headers as storage.EncodeHeader lines. The README has the full DDL
 // for each dialect.
 //
 // # Expiry

@@ -129,7 +129,7 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	myStore := gormstore.New(my, gormstore.WithLockWait(3*time.Second))
+	myStore := gormstore.New(my, gormstore.WithRetention(48*time.Hour))
 	if err := myStore.Migrate(ctx); err != nil {
 		log.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
 	"github.com/idemkit/idem/internal/testdb"
 )
@@ -75,12 +76,12 @@ func finish(t testing.TB, dialector gorm.Dialector) *gorm.DB {
 
 // newStores returns storetest's newStore for d: each call a migrated store with a table
 // of its own.
-func (d dialect) newStores(t *testing.T, opts ...gormstore.Option) func(t *testing.T) core.Store {
+func (d dialect) newStores(t *testing.T, opts ...gormstore.Option) func(t *testing.T) storage.Store {
 	var shared *gorm.DB
 	if !d.perStore {
 		shared = d.open(t)
 	}
-	return func(t *testing.T) core.Store {
+	return func(t *testing.T) storage.Store {
 		db := shared
 		if db == nil {
 			db = d.open(t)
@@ -130,14 +131,14 @@ func countOrders(t testing.TB, db *gorm.DB, ref string) int64 {
 }
 
 // claimFor builds a claim for key in mode, with the engine's defaults.
-func claimFor(key, body string, mode core.Mode) core.Claim {
+func claimFor(key, body string, mode storage.Mode) storage.Claim {
 	sum := sha256.Sum256([]byte("POST /orders\n" + body))
-	return core.Claim{Scope: "tenant", Key: key, Fingerprint: sum[:], Method: http.MethodPost, Path: "/orders",
-		Mode: mode, Lease: core.DefaultLease, LockWait: core.DefaultLockWait, Retention: core.DefaultRetention}
+	return storage.Claim{Scope: "tenant", Key: key, Fingerprint: sum[:], Method: http.MethodPost, Path: "/orders",
+		Mode: mode, Lease: core.DefaultLease, LockWait: core.DefaultLockWait, Retention: gormstore.DefaultRetention}
 }
 
 // mustLock claims c and requires a lock, released at the end of the test if still held.
-func mustLock(t testing.TB, s core.Store, c core.Claim) core.Lock {
+func mustLock(t testing.TB, s storage.Store, c storage.Claim) storage.Lock {
 	t.Helper()
 	lock, rec, err := s.Claim(t.Context(), c)
 	if err != nil || lock == nil {
@@ -148,7 +149,7 @@ func mustLock(t testing.TB, s core.Store, c core.Claim) core.Lock {
 }
 
 // mustRecord claims c and requires a record.
-func mustRecord(t testing.TB, s core.Store, c core.Claim) *core.Record {
+func mustRecord(t testing.TB, s storage.Store, c storage.Claim) *storage.Record {
 	t.Helper()
 	lock, rec, err := s.Claim(t.Context(), c)
 	if err != nil || rec == nil {
@@ -160,4 +161,4 @@ func mustRecord(t testing.TB, s core.Store, c core.Claim) *core.Record {
 	return rec
 }
 
-var created = &core.Response{Status: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"ok":true}`)}
+var created = &storage.Response{Status: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"ok":true}`)}

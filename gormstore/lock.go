@@ -7,19 +7,18 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemkit/idem/core/storage"
 	"gorm.io/gorm"
-
-	"github.com/idemkit/idem/core"
 )
 
 // releaseTimeout bounds the statements of a phased Release, which runs even when the
 // request's context has ended.
 const releaseTimeout = 5 * time.Second
 
-// lock is a claimed key: core.Lock for both modes.
+// lock is a claimed key: storage.Lock for both modes.
 type lock struct {
 	s          *Store
-	mode       core.Mode
+	mode       storage.Mode
 	scope, key string
 	token      any // see Store.newToken
 	lease      time.Duration
@@ -31,12 +30,12 @@ type lock struct {
 	held       *holder  // what Context hands the handler; phased: opened on first use
 	ended      bool
 	inPhase    bool
-	timeout    time.Duration // bounds Complete's statement (core.Claim.Timeout)
+	timeout    time.Duration // bounds Complete's statement (storage.Claim.Timeout)
 }
 
-var _ core.Lock = (*lock)(nil)
+var _ storage.Lock = (*lock)(nil)
 
-// Context implements core.Lock.Context: ctx carrying the transaction DB returns. In
+// Context implements storage.Lock.Context: ctx carrying the transaction DB returns. In
 // atomic mode it is the claim's; in phased mode it opens on the first DB call, bound to
 // this ctx, and commits in Complete with the response.
 func (l *lock) Context(ctx context.Context) context.Context {
@@ -50,10 +49,10 @@ func (l *lock) Context(ctx context.Context) context.Context {
 	return context.WithValue(ctx, ctxKey{}, l.held)
 }
 
-// RecoveryPoint implements core.Lock.RecoveryPoint.
+// RecoveryPoint implements storage.Lock.RecoveryPoint.
 func (l *lock) RecoveryPoint() string { return l.initial }
 
-// TakenOver implements core.Lock.TakenOver.
+// TakenOver implements storage.Lock.TakenOver.
 func (l *lock) TakenOver() bool { return l.takenOver }
 
 // open begins a phased-mode transaction. On SQLite its first statement writes, fenced
@@ -83,12 +82,12 @@ func fenced(ctx context.Context, op string, res *gorm.DB) error {
 	case res.Error != nil:
 		return wrap(ctx, op, res.Error)
 	case res.RowsAffected != 1:
-		return fmt.Errorf("gormstore: %s: %w", op, core.ErrLeaseLost)
+		return fmt.Errorf("gormstore: %s: %w", op, storage.ErrLeaseLost)
 	}
 	return nil
 }
 
-// Phase implements core.Lock.Phase. In phased mode fn's transaction opens on its first
+// Phase implements storage.Lock.Phase. In phased mode fn's transaction opens on its first
 // DB call (or is the request's transaction, if the handler opened that before the
 // phase); if fn never uses it, the new recovery point commits on its own.
 func (l *lock) Phase(ctx context.Context, point string, fn func(ctx context.Context) error) (err error) {
@@ -101,7 +100,7 @@ func (l *lock) Phase(ctx context.Context, point string, fn func(ctx context.Cont
 	l.inPhase = true
 	defer func() { l.inPhase = false }()
 
-	if l.mode == core.ModeAtomic {
+	if l.mode == storage.ModeAtomic {
 		if err := fn(context.WithValue(ctx, ctxKey{}, l.held)); err != nil {
 			return err
 		}
@@ -151,10 +150,10 @@ func (l *lock) Phase(ctx context.Context, point string, fn func(ctx context.Cont
 	return nil
 }
 
-// Complete implements core.Lock.Complete: one UPDATE fenced by the token, in the claim's
+// Complete implements storage.Lock.Complete: one UPDATE fenced by the token, in the claim's
 // transaction (atomic), in the request's transaction if the handler opened one
 // (phased), or on its own; then the commit.
-func (l *lock) Complete(ctx context.Context, r *core.Response) error {
+func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	switch {
 	case r == nil:
 		return errors.New("gormstore: complete: nil response")
@@ -164,7 +163,7 @@ func (l *lock) Complete(ctx context.Context, r *core.Response) error {
 	// An atomic lock ends here whatever happens: its transaction commits or rolls back.
 	// A phased one ends on success; after a failure Release may still give the key up.
 	var tx *gorm.DB
-	if l.mode == core.ModeAtomic {
+	if l.mode == storage.ModeAtomic {
 		l.ended = true
 		l.held.end()
 		tx = l.tx
@@ -184,7 +183,7 @@ func (l *lock) Complete(ctx context.Context, r *core.Response) error {
 	}
 
 	nowSQL, nowArgs := l.s.nowSQL(l.s.clock())
-	args := []any{string(core.StateCompleted), l.point, r.Status, core.EncodeHeader(r.Header), r.Body}
+	args := []any{string(storage.StateCompleted), l.point, r.Status, storage.EncodeHeader(r.Header), r.Body}
 	args = append(args, nowArgs...)
 	args = append(args, l.scope, l.key, l.token)
 	res := db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET state = ?, recovery_point = ?, locked_until = NULL, lease_token = NULL, "+
@@ -205,7 +204,7 @@ func (l *lock) Complete(ctx context.Context, r *core.Response) error {
 	return nil
 }
 
-// Release implements core.Lock.Release. After a failed Complete it is a no-op in atomic
+// Release implements storage.Lock.Release. After a failed Complete it is a no-op in atomic
 // mode (the transaction is gone) and, in phased mode, gives the key up if the lease is
 // still this lock's. In phased mode its statements run even when ctx has ended (bounded
 // by releaseTimeout): giving the key up is cleanup.
@@ -214,7 +213,7 @@ func (l *lock) Release(ctx context.Context) error {
 		return nil
 	}
 	l.ended = true
-	if l.mode == core.ModeAtomic {
+	if l.mode == storage.ModeAtomic {
 		l.held.end()
 		if err := l.tx.Rollback().Error; err != nil && !errors.Is(err, sql.ErrTxDone) {
 			return wrap(ctx, "release", err)
@@ -234,7 +233,7 @@ func (l *lock) Release(ctx context.Context) error {
 		// Only a key still at its first point: a phase whose COMMIT outcome this worker
 		// never learned may have committed, and its progress must stay.
 		res := l.s.db.WithContext(ctx).Exec("DELETE FROM "+l.s.quoted+where+" AND recovery_point = ?",
-			l.scope, l.key, l.token, core.RecoveryStarted)
+			l.scope, l.key, l.token, storage.RecoveryStarted)
 		if res.Error != nil || res.RowsAffected == 1 {
 			return fenced(ctx, "release", res)
 		}

@@ -7,8 +7,16 @@ import (
 	"gorm.io/gorm/schema"
 )
 
-// DefaultTable is the key table's name unless WithTable says otherwise.
-const DefaultTable = "idempotency_keys"
+// Defaults of the options.
+const (
+	// DefaultTable is the key table's name unless WithTable says otherwise.
+	DefaultTable = "idempotency_keys"
+	// DefaultRetention is how long keys are kept unless WithRetention says otherwise.
+	DefaultRetention = 24 * time.Hour
+	// defaultLockWait bounds a claim's wait for a twin when the claim sets none (the
+	// engine always sets one: core.Config.LockWait).
+	defaultLockWait = 2 * time.Second
+)
 
 // maxKeyBytes is the size of the scope and idem_key columns on MySQL/MariaDB, where they
 // are VARBINARY(255): two of them make a 510-byte primary key, well inside InnoDB's index

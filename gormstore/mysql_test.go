@@ -8,7 +8,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	"gorm.io/driver/mysql"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
 	"github.com/idemkit/idem/internal/testdb"
 )
@@ -20,13 +20,13 @@ func TestMySQLKeysAreBytes(t *testing.T) {
 	t.Parallel()
 	s := migrated(t, openMySQL(t))
 	for _, key := range []string{"Key", "key", "key ", "kéy", "kéy "} {
-		mustLock(t, s, claimFor(key, "a", core.ModePhased))
+		mustLock(t, s, claimFor(key, "a", storage.ModePhased))
 	}
-	long := claimFor(strings.Repeat("k", 256), "a", core.ModePhased)
+	long := claimFor(strings.Repeat("k", 256), "a", storage.ModePhased)
 	if _, _, err := s.Claim(t.Context(), long); err == nil || !strings.Contains(err.Error(), "255 bytes") {
 		t.Fatalf("a 256-byte key: %v, want a refusal", err)
 	}
-	long = claimFor("k", "a", core.ModePhased)
+	long = claimFor("k", "a", storage.ModePhased)
 	long.Scope = strings.Repeat("s", 256)
 	if _, _, err := s.Claim(t.Context(), long); err == nil || !strings.Contains(err.Error(), "255 bytes") {
 		t.Fatalf("a 256-byte scope: %v, want a refusal", err)
@@ -57,7 +57,7 @@ func TestMySQLDSNTimes(t *testing.T) {
 			cfg.Params = map[string]string{"time_zone": tz}
 		}
 		s := migrated(t, finish(t, mysql.New(mysql.Config{DSNConfig: cfg})))
-		c := claimFor("k", "a", core.ModePhased)
+		c := claimFor("k", "a", storage.ModePhased)
 		c.Lease = time.Hour
 		mustLock(t, s, c)
 		rec := mustRecord(t, s, c)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
 )
 
@@ -22,7 +23,7 @@ func TestPhased(t *testing.T) {
 				t.Parallel()
 				db := withOrders(t, d.open(t))
 				s := migrated(t, db)
-				lock := mustLock(t, s, claimFor("k", "a", core.ModePhased))
+				lock := mustLock(t, s, claimFor("k", "a", storage.ModePhased))
 				ctx := lock.Context(t.Context())
 				if err := gormstore.DB(ctx).Create(&order{Ref: "final"}).Error; err != nil {
 					t.Fatalf("create: %v", err)
@@ -47,7 +48,7 @@ func TestPhased(t *testing.T) {
 				t.Parallel()
 				db := withOrders(t, d.open(t))
 				s := migrated(t, db)
-				lock := mustLock(t, s, claimFor("k", "a", core.ModePhased))
+				lock := mustLock(t, s, claimFor("k", "a", storage.ModePhased))
 				if err := gormstore.DB(lock.Context(t.Context())).Create(&order{Ref: "final"}).Error; err != nil {
 					t.Fatalf("create: %v", err)
 				}
@@ -57,13 +58,13 @@ func TestPhased(t *testing.T) {
 				if n := countOrders(t, db, "final"); n != 0 {
 					t.Fatalf("%d orders after Release, want 0", n)
 				}
-				mustLock(t, s, claimFor("k", "b", core.ModePhased)) // no phase committed: the key is gone
+				mustLock(t, s, claimFor("k", "b", storage.ModePhased)) // no phase committed: the key is gone
 			})
 			t.Run("PhaseCommitsItsWrites", func(t *testing.T) {
 				t.Parallel()
 				db := withOrders(t, d.open(t))
 				s := migrated(t, db)
-				c := claimFor("k", "a", core.ModePhased)
+				c := claimFor("k", "a", storage.ModePhased)
 				lock := mustLock(t, s, c)
 				ctx := lock.Context(t.Context())
 				err := lock.Phase(ctx, "charged", func(ctx context.Context) error {
@@ -103,7 +104,7 @@ func TestPhased(t *testing.T) {
 				t.Parallel()
 				db := withOrders(t, d.open(t))
 				s := migrated(t, db)
-				lock := mustLock(t, s, claimFor("k", "a", core.ModePhased))
+				lock := mustLock(t, s, claimFor("k", "a", storage.ModePhased))
 				ctx := lock.Context(t.Context())
 				if err := gormstore.DB(ctx).Create(&order{Ref: "before"}).Error; err != nil {
 					t.Fatalf("create: %v", err)
@@ -131,7 +132,7 @@ func TestPhased(t *testing.T) {
 				t.Parallel()
 				db := withOrders(t, d.open(t))
 				s := migrated(t, db)
-				c := claimFor("k", "a", core.ModePhased)
+				c := claimFor("k", "a", storage.ModePhased)
 				c.Lease = 100 * time.Millisecond
 				stale := mustLock(t, s, c)
 				ctx := stale.Context(t.Context())
@@ -166,7 +167,7 @@ func TestPhased(t *testing.T) {
 			t.Run("PhasesDoNotNest", func(t *testing.T) {
 				t.Parallel()
 				s := migrated(t, d.open(t))
-				lock := mustLock(t, s, claimFor("k", "a", core.ModePhased))
+				lock := mustLock(t, s, claimFor("k", "a", storage.ModePhased))
 				err := lock.Phase(t.Context(), "outer", func(ctx context.Context) error {
 					return lock.Phase(ctx, "inner", func(context.Context) error { return nil })
 				})

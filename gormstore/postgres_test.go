@@ -9,7 +9,7 @@ import (
 
 	"gorm.io/driver/postgres"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
 	"github.com/idemkit/idem/internal/testdb"
 )
@@ -46,7 +46,7 @@ func TestPostgresPgxstoreTable(t *testing.T) {
 	}
 
 	// Atomic: a write through the handler's transaction commits with the response.
-	c := claimFor("atomic", "a", core.ModeAtomic)
+	c := claimFor("atomic", "a", storage.ModeAtomic)
 	lock := mustLock(t, s, c)
 	if err := gormstore.DB(lock.Context(t.Context())).Create(&order{Ref: "atomic"}).Error; err != nil {
 		t.Fatal(err)
@@ -54,12 +54,12 @@ func TestPostgresPgxstoreTable(t *testing.T) {
 	if err := lock.Complete(t.Context(), created); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
-	if rec := mustRecord(t, s, c); rec.State != core.StateCompleted || string(rec.Response.Body) != string(created.Body) {
+	if rec := mustRecord(t, s, c); rec.State != storage.StateCompleted || string(rec.Response.Body) != string(created.Body) {
 		t.Fatalf("replay: %+v", rec)
 	}
 
 	// Phased: lease tokens in the uuid column fence a stale worker.
-	p := claimFor("phased", "a", core.ModePhased)
+	p := claimFor("phased", "a", storage.ModePhased)
 	p.Lease = 100 * time.Millisecond
 	stale := mustLock(t, s, p)
 	if err := stale.Phase(t.Context(), "charged", func(context.Context) error { return nil }); err != nil {

@@ -15,25 +15,25 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 )
 
-// Store is a core.Store on a GORM database: PostgreSQL (gorm.io/driver/postgres),
+// Store is a storage.Store on a GORM database: PostgreSQL (gorm.io/driver/postgres),
 // MySQL/MariaDB with InnoDB (gorm.io/driver/mysql) or SQLite (github.com/glebarez/sqlite).
 // It supports both modes; atomic is the engine's default for it. It is safe for
 // concurrent use.
 type Store struct {
-	db       *gorm.DB
-	dialect  dialect
-	table    string // as configured, for GORM's Table
-	quoted   string // quoted for raw SQL
-	lockWait time.Duration
-	iso      sql.IsolationLevel
+	db        *gorm.DB
+	dialect   dialect
+	table     string // as configured, for GORM's Table
+	quoted    string // quoted for raw SQL
+	retention time.Duration
+	iso       sql.IsolationLevel
 
 	lookupFirst bool
 }
 
-var _ core.Store = (*Store)(nil)
+var _ storage.Store = (*Store)(nil)
 
 // Option configures a Store.
 type Option func(*Store)
@@ -44,17 +44,17 @@ func WithTable(name string) Option {
 	return func(s *Store) { s.table = name }
 }
 
-// WithLockWait is how long a claim waits for a transaction holding its key (an atomic
-// twin in flight) when core.Claim.LockWait is zero. MySQL/MariaDB counts it in whole
-// seconds, rounded up. Default: core.DefaultLockWait (2s).
-func WithLockWait(d time.Duration) Option {
-	return func(s *Store) { s.lockWait = d }
+// WithRetention sets how long a key is kept: an older key counts as absent to claims,
+// and core.Sweeper deletes it. It is the one retention setting (the engine and the
+// sweeper read it from the store). Default: DefaultRetention (24h).
+func WithRetention(d time.Duration) Option {
+	return func(s *Store) { s.retention = d }
 }
 
 // WithIsolation sets the isolation level of the transactions the store opens on
 // PostgreSQL and MySQL/MariaDB (the claim's, which the handler shares in atomic mode,
 // and the phases'). At REPEATABLE READ or SERIALIZABLE a twin may hit a serialization
-// failure: the store retries the claim a few times, then returns core.ErrTransient.
+// failure: the store retries the claim a few times, then returns storage.ErrTransient.
 // SQLite ignores it: its write transactions are serializable. Default:
 // sql.LevelDefault, the database's own default.
 func WithIsolation(level sql.IsolationLevel) Option {
@@ -75,7 +75,7 @@ func WithLookupFirst() Option {
 // New returns a Store on db. It does not touch the database: call Migrate to create the
 // table, or create it yourself (see the package documentation). New panics on a
 // programming error: a nil db, a dialect other than postgres, mysql and sqlite, an empty
-// table name, a lock wait that is not positive, or a MySQL DSN with clientFoundRows=true
+// table name, a retention that is not positive, or a MySQL DSN with clientFoundRows=true
 // (the claim tells a new key from an existing one by the rows affected).
 func New(db *gorm.DB, opts ...Option) *Store {
 	if db == nil {
@@ -86,10 +86,10 @@ func New(db *gorm.DB, opts ...Option) *Store {
 		panic(err.Error())
 	}
 	s := &Store{
-		db:       db.Session(&gorm.Session{NewDB: true}),
-		dialect:  d,
-		table:    DefaultTable,
-		lockWait: core.DefaultLockWait,
+		db:        db.Session(&gorm.Session{NewDB: true}),
+		dialect:   d,
+		table:     DefaultTable,
+		retention: DefaultRetention,
 		// SQLite has one write lock: a replay that reads first never queues for it.
 		lookupFirst: d == sqlite,
 	}
@@ -99,8 +99,8 @@ func New(db *gorm.DB, opts ...Option) *Store {
 	if strings.TrimSpace(s.table) == "" {
 		panic("gormstore: WithTable with an empty name")
 	}
-	if s.lockWait <= 0 {
-		panic(fmt.Sprintf("gormstore: WithLockWait(%v): the lock wait must be positive", s.lockWait))
+	if s.retention <= 0 {
+		panic(fmt.Sprintf("gormstore: WithRetention(%v): the retention must be positive", s.retention))
 	}
 	if my, ok := db.Dialector.(*gormmysql.Dialector); ok && my.Config != nil && my.DSNConfig != nil && my.DSNConfig.ClientFoundRows {
 		panic("gormstore: the MySQL DSN sets clientFoundRows=true; the store needs the default (false)")
@@ -157,6 +157,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 // SupportsAtomic reports true: the store shares its transaction with the handler.
 func (s *Store) SupportsAtomic() bool { return true }
 
+// Retention reports how long keys are kept (WithRetention).
+func (s *Store) Retention() time.Duration { return s.retention }
+
 // claimAttempts bounds how often Claim retries a claim that lost a race it cannot lose
 // for good: a deadlock or serialization failure (nothing of the caller's ran yet), or a
 // row that vanished between two statements.
@@ -165,14 +168,14 @@ const claimAttempts = 3
 // errRetry makes Claim start over.
 var errRetry = errors.New("gormstore: claim raced, retrying")
 
-// Claim implements core.Store.Claim. In phased mode (and in atomic mode with
+// Claim implements storage.Store.Claim. In phased mode (and in atomic mode with
 // WithLookupFirst) the key is read first, without a transaction or a lock, and a record
 // the claim would only report (completed, live lease, other fingerprint) is returned from
 // that one statement. Anything else runs in a transaction whose first write is the claim:
 //
 //   - PostgreSQL: INSERT … ON CONFLICT DO NOTHING, then SELECT … FOR UPDATE on conflict,
-//     waits bounded by lock_timeout (55P03/57014 → core.ErrInProgress; 40001/40P01 →
-//     core.ErrTransient).
+//     waits bounded by lock_timeout (55P03/57014 → storage.ErrInProgress; 40001/40P01 →
+//     storage.ErrTransient).
 //   - MySQL/MariaDB: INSERT … ON DUPLICATE KEY UPDATE (an exclusive lock on a duplicate,
 //     where a plain INSERT's shared lock lets twins deadlock), SELECT … FOR UPDATE,
 //     innodb_lock_wait_timeout (1205 → ErrInProgress; 1213 → ErrTransient).
@@ -183,13 +186,11 @@ var errRetry = errors.New("gormstore: claim raced, retrying")
 //
 // In atomic mode the returned lock's transaction is bound to ctx: if ctx ends before
 // Complete, the transaction rolls back.
-func (s *Store) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Record, error) {
+func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
 	switch c.Mode {
-	case core.ModeDefault:
-		c.Mode = core.ModeAtomic
-	case core.ModeAtomic, core.ModePhased:
+	case storage.ModeAtomic, storage.ModePhased:
 	default:
-		return nil, nil, fmt.Errorf("gormstore: claim in mode %v: %w", c.Mode, core.ErrUnsupportedMode)
+		return nil, nil, fmt.Errorf("gormstore: claim in mode %v: %w", c.Mode, storage.ErrUnsupportedMode)
 	}
 	if s.dialect == mariadb && (len(c.Scope) > maxKeyBytes || len(c.Key) > maxKeyBytes) {
 		return nil, nil, fmt.Errorf("gormstore: claim: scope and key are limited to %d bytes each on MySQL/MariaDB (got %d and %d)",
@@ -200,10 +201,10 @@ func (s *Store) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Recor
 	}
 	wait := c.LockWait
 	if wait <= 0 {
-		wait = s.lockWait
+		wait = defaultLockWait // the engine always sets one (core.Config.LockWait)
 	}
 
-	if c.Mode == core.ModePhased || s.lookupFirst {
+	if c.Mode == storage.ModePhased || s.lookupFirst {
 		r, err := s.read(ctx, s.db, c.Scope, c.Key, false, s.clock())
 		if err != nil {
 			return nil, nil, wrap(ctx, "claim: lookup", err)
@@ -226,9 +227,9 @@ func (s *Store) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Recor
 	for attempt := 1; ; attempt++ {
 		lock, rec, err := s.claimTx(txCtx, ctx, c, wait)
 		if err == nil || attempt == claimAttempts || ctx.Err() != nil ||
-			!(errors.Is(err, errRetry) || errors.Is(err, core.ErrTransient)) {
+			!(errors.Is(err, errRetry) || errors.Is(err, storage.ErrTransient)) {
 			if errors.Is(err, errRetry) {
-				err = fmt.Errorf("%w: %w", core.ErrTransient, err)
+				err = fmt.Errorf("%w: %w", storage.ErrTransient, err)
 			}
 			return lock, rec, err
 		}
@@ -236,7 +237,7 @@ func (s *Store) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Recor
 }
 
 // claimTx is one attempt at a claim, in a transaction of its own.
-func (s *Store) claimTx(txCtx, ctx context.Context, c core.Claim, wait time.Duration) (_ core.Lock, _ *core.Record, err error) {
+func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim, wait time.Duration) (_ storage.Lock, _ *storage.Record, err error) {
 	tx, err := s.begin(txCtx)
 	if err != nil {
 		return nil, nil, wrap(ctx, "claim: begin", err)
@@ -266,8 +267,8 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c core.Claim, wait time.Dura
 		"request_hash":   c.Fingerprint,
 		"method":         c.Method,
 		"path":           c.Path,
-		"state":          string(core.StateStarted),
-		"recovery_point": core.RecoveryStarted,
+		"state":          string(storage.StateStarted),
+		"recovery_point": storage.RecoveryStarted,
 		"locked_until":   s.leaseExpr(c, now),
 		"lease_token":    token,
 		"created_at":     gorm.Expr(nowSQL, nowArgs...),
@@ -277,7 +278,7 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c core.Claim, wait time.Dura
 		return nil, nil, wrap(ctx, "claim: insert", res.Error)
 	}
 	if res.RowsAffected == 1 {
-		l, err := s.hold(ctx, tx, restore, c, token, core.RecoveryStarted, false)
+		l, err := s.hold(ctx, tx, restore, c, token, storage.RecoveryStarted, false)
 		claimed = err == nil
 		return l, nil, err
 	}
@@ -298,7 +299,7 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c core.Claim, wait time.Dura
 		if res := tx.WithContext(ctx).Exec(q, args...); res.Error != nil {
 			return nil, nil, wrap(ctx, "claim: reclaim", res.Error)
 		}
-		l, err := s.hold(ctx, tx, restore, c, token, core.RecoveryStarted, false)
+		l, err := s.hold(ctx, tx, restore, c, token, storage.RecoveryStarted, false)
 		claimed = err == nil
 		return l, nil, err
 	default: // takeOver
@@ -318,12 +319,12 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c core.Claim, wait time.Dura
 
 // hold turns the claim's transaction into a lock: atomic, it stays open for the handler
 // with the connection's own lock wait back; phased, it commits.
-func (s *Store) hold(ctx context.Context, tx *gorm.DB, restore func() error, c core.Claim, token any, point string, takenOver bool) (*lock, error) {
+func (s *Store) hold(ctx context.Context, tx *gorm.DB, restore func() error, c storage.Claim, token any, point string, takenOver bool) (*lock, error) {
 	l := &lock{
 		s: s, mode: c.Mode, scope: c.Scope, key: c.Key, token: token, lease: c.Lease, timeout: c.Timeout,
-		initial: point, point: point, progress: point != core.RecoveryStarted, takenOver: takenOver,
+		initial: point, point: point, progress: point != storage.RecoveryStarted, takenOver: takenOver,
 	}
-	if c.Mode == core.ModeAtomic {
+	if c.Mode == storage.ModeAtomic {
 		if err := restore(); err != nil {
 			return nil, wrap(ctx, "claim: restore lock wait", err)
 		}
@@ -355,21 +356,21 @@ func (s *Store) begin(ctx context.Context) (*gorm.DB, error) {
 
 // leaseExpr is the locked_until of a new claim: now + lease in phased mode; none in
 // atomic mode, where the open transaction is what holds the key.
-func (s *Store) leaseExpr(c core.Claim, now time.Time) any {
-	if c.Mode != core.ModePhased {
+func (s *Store) leaseExpr(c storage.Claim, now time.Time) any {
+	if c.Mode != storage.ModePhased {
 		return nil
 	}
 	q, args := s.plusSQL(now, c.Lease)
 	return gorm.Expr(q, args...)
 }
 
-func (s *Store) reclaimSQL(c core.Claim, token any, now time.Time) (string, []any) {
+func (s *Store) reclaimSQL(c storage.Claim, token any, now time.Time) (string, []any) {
 	nowSQL, nowArgs := s.nowSQL(now)
 	leaseSQL, leaseArgs := "NULL", []any(nil)
-	if c.Mode == core.ModePhased {
+	if c.Mode == storage.ModePhased {
 		leaseSQL, leaseArgs = s.plusSQL(now, c.Lease)
 	}
-	args := []any{c.Fingerprint, c.Method, c.Path, string(core.StateStarted), core.RecoveryStarted}
+	args := []any{c.Fingerprint, c.Method, c.Path, string(storage.StateStarted), storage.RecoveryStarted}
 	args = append(args, leaseArgs...)
 	args = append(args, token)
 	args = append(args, nowArgs...)
@@ -381,21 +382,21 @@ func (s *Store) reclaimSQL(c core.Claim, token any, now time.Time) (string, []an
 
 // takeoverSQL takes a started key whose lease has run out, if its fingerprint is the
 // claim's: one statement, so of two claimers only one sees a row affected.
-func (s *Store) takeoverSQL(c core.Claim, token any, now time.Time) (string, []any) {
+func (s *Store) takeoverSQL(c storage.Claim, token any, now time.Time) (string, []any) {
 	nowSQL, nowArgs := s.nowSQL(now)
 	leaseSQL, leaseArgs := "NULL", []any(nil)
-	if c.Mode == core.ModePhased {
+	if c.Mode == storage.ModePhased {
 		leaseSQL, leaseArgs = s.plusSQL(now, c.Lease)
 	}
 	args := append([]any{token}, leaseArgs...)
-	args = append(args, c.Scope, c.Key, string(core.StateStarted))
+	args = append(args, c.Scope, c.Key, string(storage.StateStarted))
 	args = append(args, nowArgs...)
 	args = append(args, c.Fingerprint)
 	return "UPDATE " + s.quoted + " SET lease_token = ?, locked_until = " + leaseSQL +
 		" WHERE scope = ? AND idem_key = ? AND state = ? AND (locked_until IS NULL OR locked_until < " + nowSQL + ") AND request_hash = ?", args
 }
 
-// DeleteExpired implements core.Store.DeleteExpired by primary key, oldest first, never
+// DeleteExpired implements storage.Store.DeleteExpired by primary key, oldest first, never
 // touching a started key whose lease is live nor, on PostgreSQL and MySQL/MariaDB, a row
 // another transaction holds (FOR UPDATE SKIP LOCKED; MySQL 8.0+/MariaDB 10.6+). The cut-off
 // is the caller's time; lease liveness is judged by the database's clock.
@@ -405,7 +406,7 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) 
 	}
 	nowSQL, nowArgs := s.nowSQL(s.clock())
 	where := "created_at < ? AND (state = ? OR locked_until IS NULL OR locked_until < " + nowSQL + ")"
-	whereArgs := append([]any{s.timeArg(before), string(core.StateCompleted)}, nowArgs...)
+	whereArgs := append([]any{s.timeArg(before), string(storage.StateCompleted)}, nowArgs...)
 	pick := "SELECT scope, idem_key FROM " + s.quoted + " WHERE " + where + " ORDER BY created_at LIMIT ?"
 
 	if s.dialect != mariadb {
@@ -504,26 +505,26 @@ const (
 	takeOver                   // started, lease over, same fingerprint
 )
 
-func (s *Store) judge(r *row, c core.Claim) verdict {
-	live := r.state == string(core.StateStarted) && r.lockedUntil.After(r.now)
+func (s *Store) judge(r *row, c storage.Claim) verdict {
+	live := r.state == string(storage.StateStarted) && r.lockedUntil.After(r.now)
 	switch {
 	case c.Retention > 0 && r.createdAt.Before(r.now.Add(-c.Retention)) && !live:
 		return claimAfresh
-	case r.state != string(core.StateStarted), live, !bytes.Equal(r.hash, c.Fingerprint):
+	case r.state != string(storage.StateStarted), live, !bytes.Equal(r.hash, c.Fingerprint):
 		return reportIt
 	}
 	return takeOver
 }
 
 // record is the row as the engine sees it.
-func (r *row) record() (*core.Record, error) {
-	rec := &core.Record{
+func (r *row) record() (*storage.Record, error) {
+	rec := &storage.Record{
 		Scope: r.scope, Key: r.key, Fingerprint: r.hash, Method: r.method, Path: r.path,
-		State: core.State(r.state), RecoveryPoint: r.point, LockedUntil: r.lockedUntil,
+		State: storage.State(r.state), RecoveryPoint: r.point, LockedUntil: r.lockedUntil,
 		CreatedAt: r.createdAt, CompletedAt: r.completedAt,
 	}
-	if rec.State == core.StateCompleted {
-		h, err := core.DecodeHeader(r.headers)
+	if rec.State == storage.StateCompleted {
+		h, err := storage.DecodeHeader(r.headers)
 		if err != nil {
 			return nil, fmt.Errorf("gormstore: stored response of key %q: %w", r.key, err)
 		}
@@ -531,7 +532,7 @@ func (r *row) record() (*core.Record, error) {
 		if body == nil {
 			body = []byte{}
 		}
-		rec.Response = &core.Response{Status: int(r.code.Int64), Header: h, Body: body}
+		rec.Response = &storage.Response{Status: int(r.code.Int64), Header: h, Body: body}
 	}
 	return rec, nil
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/pgxstore"
 )
 
@@ -31,13 +31,13 @@ func benchSetup(b *testing.B, opts ...pgxstore.Option) (*pgxpool.Pool, *pgxstore
 	return db, store, schema
 }
 
-func benchClaim(key string) core.Claim {
+func benchClaim(key string) storage.Claim {
 	fp := sha256.Sum256([]byte("POST /orders\n" + `{"amount":100}`))
-	return core.Claim{Scope: "bench", Key: key, Fingerprint: fp[:], Method: http.MethodPost, Path: "/orders",
-		Mode: core.ModeAtomic, Lease: time.Minute, LockWait: 2 * time.Second, Retention: 24 * time.Hour}
+	return storage.Claim{Scope: "bench", Key: key, Fingerprint: fp[:], Method: http.MethodPost, Path: "/orders",
+		Mode: storage.ModeAtomic, Lease: time.Minute, LockWait: 2 * time.Second, Retention: 24 * time.Hour}
 }
 
-var benchResponse = core.Response{
+var benchResponse = storage.Response{
 	Status: http.StatusCreated,
 	Header: http.Header{"Content-Type": {"application/json"}, "Location": {"/orders/1"}},
 	Body:   []byte(`{"id":1,"amount":100,"status":"created"}`),
@@ -117,7 +117,7 @@ func BenchmarkReplay(b *testing.B) {
 			ctx := context.Background()
 			c := benchClaim("replayed")
 			if v.name == "phased" {
-				c.Mode = core.ModePhased
+				c.Mode = storage.ModePhased
 			}
 			lock, _, err := store.Claim(ctx, c)
 			if err != nil || lock == nil {
@@ -132,7 +132,7 @@ func BenchmarkReplay(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					_, rec, err := store.Claim(ctx, c)
-					if err != nil || rec == nil || rec.State != core.StateCompleted {
+					if err != nil || rec == nil || rec.State != storage.StateCompleted {
 						b.Errorf("replay: rec %v, err %v", rec, err)
 						return
 					}

@@ -7,9 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemkit/idem/core/storage"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/idemkit/idem/core"
 )
 
 // claimRow is one row of the claim (or lookup) statement: either the key this statement
@@ -37,25 +36,25 @@ func (r *claimRow) dest() []any {
 }
 
 // record builds the Record the engine answers from.
-func (r *claimRow) record(c core.Claim) (*core.Record, error) {
-	rec := &core.Record{
+func (r *claimRow) record(c storage.Claim) (*storage.Record, error) {
+	rec := &storage.Record{
 		Scope:         c.Scope,
 		Key:           c.Key,
 		Fingerprint:   r.hash,
 		Method:        deref(r.method),
 		Path:          deref(r.path),
-		State:         core.State(deref(r.state)),
+		State:         storage.State(deref(r.state)),
 		RecoveryPoint: deref(r.point),
 		CreatedAt:     r.createdAt,
 	}
-	if r.lockedUntil != nil && rec.State == core.StateStarted {
+	if r.lockedUntil != nil && rec.State == storage.StateStarted {
 		rec.LockedUntil = *r.lockedUntil
 	}
 	if r.completedAt != nil {
 		rec.CompletedAt = *r.completedAt
 	}
-	if rec.State == core.StateCompleted {
-		h, err := core.DecodeHeader(r.headers)
+	if rec.State == storage.StateCompleted {
+		h, err := storage.DecodeHeader(r.headers)
 		if err != nil {
 			return nil, fmt.Errorf("pgxstore: key %q: %w", c.Key, err)
 		}
@@ -63,7 +62,7 @@ func (r *claimRow) record(c core.Claim) (*core.Record, error) {
 		if r.code != nil {
 			status = int(*r.code)
 		}
-		rec.Response = &core.Response{Status: status, Header: h, Body: r.body}
+		rec.Response = &storage.Response{Status: status, Header: h, Body: r.body}
 	}
 	return rec, nil
 }
@@ -98,7 +97,7 @@ func decide(r *claimRow, found bool, fingerprint []byte) verdict {
 		return vRecord
 	case r.expired:
 		return vReplace
-	case deref(r.state) == string(core.StateStarted) && bytes.Equal(r.hash, fingerprint):
+	case deref(r.state) == string(storage.StateStarted) && bytes.Equal(r.hash, fingerprint):
 		return vTakeover
 	default:
 		return vRecord
@@ -107,7 +106,7 @@ func decide(r *claimRow, found bool, fingerprint []byte) verdict {
 
 // result is what settle decided: a claim (fresh or taken over) or a record.
 type result struct {
-	rec       *core.Record
+	rec       *storage.Record
 	point     string
 	takenOver bool
 }
@@ -119,11 +118,11 @@ type reader func(row *claimRow) (found bool, err error)
 // settle turns the first row of a claim into a result, running the replace or takeover
 // statement (in tx, or on their own when tx is nil) and reading the key again until it
 // holds still. Every write is conditional, so of several racers exactly one wins.
-func (s *Store) settle(ctx context.Context, tx pgx.Tx, c core.Claim, tok token, read reader, row *claimRow, found bool) (result, error) {
+func (s *Store) settle(ctx context.Context, tx pgx.Tx, c storage.Claim, tok token, read reader, row *claimRow, found bool) (result, error) {
 	for range maxSettle {
 		switch decide(row, found, c.Fingerprint) {
 		case vClaimed:
-			return result{point: core.RecoveryStarted}, nil
+			return result{point: storage.RecoveryStarted}, nil
 		case vRecord:
 			rec, err := row.record(c)
 			return result{rec: rec}, err
@@ -133,7 +132,7 @@ func (s *Store) settle(ctx context.Context, tx pgx.Tx, c core.Claim, tok token, 
 				[]any{c.Scope, c.Key, c.Fingerprint, c.Method, c.Path, tok, c.Lease.Microseconds(), c.Retention.Microseconds()},
 				&created)
 			if err == nil {
-				return result{point: core.RecoveryStarted}, nil
+				return result{point: storage.RecoveryStarted}, nil
 			}
 			if !errors.Is(err, pgx.ErrNoRows) {
 				return result{}, err
@@ -157,7 +156,7 @@ func (s *Store) settle(ctx context.Context, tx pgx.Tx, c core.Claim, tok token, 
 			return result{}, err
 		}
 	}
-	return result{}, fmt.Errorf("pgxstore: key %q kept changing under the claim: %w", c.Key, core.ErrTransient)
+	return result{}, fmt.Errorf("pgxstore: key %q kept changing under the claim: %w", c.Key, storage.ErrTransient)
 }
 
 // scanRow runs a one-row query into row; no row is found false, not an error.
@@ -171,7 +170,7 @@ func (s *Store) scanRow(ctx context.Context, tx pgx.Tx, wait time.Duration, sql 
 
 // claimPhased claims with statements that each commit on their own: a fresh key or a
 // replay is one statement.
-func (s *Store) claimPhased(ctx context.Context, c core.Claim) (core.Lock, *core.Record, error) {
+func (s *Store) claimPhased(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
 	tok := newToken()
 	args := claimArgs(c, tok, c.LockWait)
 	read := func(row *claimRow) (bool, error) { return s.scanRow(ctx, nil, c.LockWait, s.q.claim, args, row) }
@@ -188,7 +187,7 @@ func (s *Store) claimPhased(ctx context.Context, c core.Claim) (core.Lock, *core
 		return nil, res.rec, nil
 	}
 	l := &phasedLock{s: s, scope: c.Scope, key: c.Key, tok: tok, lease: c.Lease, timeout: c.Timeout,
-		point: res.point, takenOver: res.takenOver, progress: res.point != core.RecoveryStarted}
+		point: res.point, takenOver: res.takenOver, progress: res.point != storage.RecoveryStarted}
 	l.final = &slot{open: func(ctx context.Context) (pgx.Tx, error) { return s.begin(ctx, holdWait) }}
 	return l, nil, nil
 }
@@ -196,7 +195,7 @@ func (s *Store) claimPhased(ctx context.Context, c core.Claim) (core.Lock, *core
 // claimAtomic claims in a transaction that the returned lock keeps open. A serialization
 // failure (a twin committed after this transaction's snapshot, at REPEATABLE READ) starts
 // the claim again, within the lock wait: the new snapshot sees the twin's record.
-func (s *Store) claimAtomic(ctx context.Context, c core.Claim) (core.Lock, *core.Record, error) {
+func (s *Store) claimAtomic(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
 	if s.lookupFirst {
 		var row claimRow
 		err := s.scan(ctx, nil, c.LockWait, s.q.lookup, []any{c.Scope, c.Key, c.Retention.Microseconds()}, row.dest()...)
@@ -213,17 +212,17 @@ func (s *Store) claimAtomic(ctx context.Context, c core.Claim) (core.Lock, *core
 	for attempt := 0; ; attempt++ {
 		lock, rec, err := s.claimAtomicOnce(ctx, c, time.Until(deadline))
 		switch {
-		case err == nil || !errors.Is(err, core.ErrTransient) || attempt+1 >= maxRetries:
+		case err == nil || !errors.Is(err, storage.ErrTransient) || attempt+1 >= maxRetries:
 			return lock, rec, err
 		case time.Until(deadline) <= 0:
 			// The whole lock wait went by without a snapshot that sees the twin's outcome:
 			// as far as this request can tell, the twin is still in flight.
-			return nil, nil, fmt.Errorf("pgxstore: claim: lock wait of %s spent on serialization retries: %w (%w)", c.LockWait, core.ErrInProgress, err)
+			return nil, nil, fmt.Errorf("pgxstore: claim: lock wait of %s spent on serialization retries: %w (%w)", c.LockWait, storage.ErrInProgress, err)
 		}
 	}
 }
 
-func (s *Store) claimAtomicOnce(ctx context.Context, c core.Claim, wait time.Duration) (core.Lock, *core.Record, error) {
+func (s *Store) claimAtomicOnce(ctx context.Context, c storage.Claim, wait time.Duration) (storage.Lock, *storage.Record, error) {
 	tok := newToken()
 	args := claimArgs(c, tok, wait)[:8]
 	l := &atomicLock{s: s, scope: c.Scope, key: c.Key, tok: tok, timeout: c.Timeout}

@@ -56,7 +56,7 @@
 // a renewed lease, checked against the token; after a lease runs out, the next retry with
 // the same request takes the key over (UPDATE … WHERE locked_until <= now() RETURNING: one
 // winner) and the stale worker's phase, completion or release fails with
-// core.ErrLeaseLost. Outside phases, Tx(ctx) begins the request's final transaction on
+// storage.ErrLeaseLost. Outside phases, Tx(ctx) begins the request's final transaction on
 // first use (never a second connection while phases run) and Complete commits it with the
 // response.
 //

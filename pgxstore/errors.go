@@ -5,9 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/idemkit/idem/core/storage"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/idemkit/idem/core"
 )
 
 // SQLSTATEs the store maps to core's sentinel errors.
@@ -19,11 +18,11 @@ const (
 )
 
 // classify wraps a database error for the caller: a lock wait that ran out during a
-// claim wraps core.ErrInProgress (the engine answers 409), a serialization failure or a
-// deadlock wraps core.ErrTransient (503 + Retry-After); errors already carrying a core
+// claim wraps storage.ErrInProgress (the engine answers 409), a serialization failure or a
+// deadlock wraps storage.ErrTransient (503 + Retry-After); errors already carrying a core
 // sentinel pass through. The driver error stays in the chain for errors.As.
 func classify(ctx context.Context, op string, err error, claim bool) error {
-	if errors.Is(err, core.ErrLeaseLost) || errors.Is(err, core.ErrInProgress) || errors.Is(err, core.ErrTransient) {
+	if errors.Is(err, storage.ErrLeaseLost) || errors.Is(err, storage.ErrInProgress) || errors.Is(err, storage.ErrTransient) {
 		return err
 	}
 	var pgErr *pgconn.PgError
@@ -31,15 +30,15 @@ func classify(ctx context.Context, op string, err error, claim bool) error {
 		switch pgErr.Code {
 		case lockNotAvailable:
 			if claim {
-				return fmt.Errorf("pgxstore: %s: a request with this key is in flight: %w: %w", op, core.ErrInProgress, err)
+				return fmt.Errorf("pgxstore: %s: a request with this key is in flight: %w: %w", op, storage.ErrInProgress, err)
 			}
 		case queryCanceled:
 			// A cancel of our own context is the caller giving up, not a busy key.
 			if claim && ctx.Err() == nil {
-				return fmt.Errorf("pgxstore: %s: a request with this key is in flight: %w: %w", op, core.ErrInProgress, err)
+				return fmt.Errorf("pgxstore: %s: a request with this key is in flight: %w: %w", op, storage.ErrInProgress, err)
 			}
 		case serializationFailure, deadlockDetected:
-			return fmt.Errorf("pgxstore: %s: rolled back: %w: %w", op, core.ErrTransient, err)
+			return fmt.Errorf("pgxstore: %s: rolled back: %w: %w", op, storage.ErrTransient, err)
 		}
 	}
 	return fmt.Errorf("pgxstore: %s: %w", op, err)

@@ -59,7 +59,7 @@ func ExampleStore_Schema() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	store := pgxstore.New(pool, pgxstore.WithTable("billing", "idem_keys"))
+	store := pgxstore.New(pool, pgxstore.WithTable("billing.idem_keys"))
 	for line := range strings.Lines(store.Schema()) {
 		if strings.HasPrefix(line, "CREATE") {
 			fmt.Print(line)

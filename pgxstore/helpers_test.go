@@ -108,7 +108,7 @@ func sharedPool(t testing.TB) *pgxpool.Pool {
 func newStore(t testing.TB, db pgxstore.DB, opts ...pgxstore.Option) (*pgxstore.Store, string) {
 	t.Helper()
 	_, schema := testdb.PostgresSchema(t)
-	store := pgxstore.New(db, append([]pgxstore.Option{pgxstore.WithTable(schema, "idempotency_keys")}, opts...)...)
+	store := pgxstore.New(db, append([]pgxstore.Option{pgxstore.WithTable(schema + "." + "idempotency_keys")}, opts...)...)
 	if err := store.Migrate(context.Background()); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}

@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemkit/idem/core/storage"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/idemkit/idem/core"
 )
 
 // errEnded is returned by a lock used after Complete or Release.
@@ -24,7 +23,7 @@ func cleanup(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 }
 
-// bounded returns ctx with the claim's timeout (core.Claim.Timeout; cleanupTimeout when
+// bounded returns ctx with the claim's timeout (storage.Claim.Timeout; cleanupTimeout when
 // it set none) for a completion: the engine hands Complete a context that is never
 // cancelled, and a paused database must still cost a bounded wait.
 func bounded(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
@@ -36,8 +35,8 @@ func bounded(ctx context.Context, timeout time.Duration) (context.Context, conte
 
 // completeArgs are the completion statement's arguments. r is encoded before it returns,
 // so nothing of r is kept.
-func completeArgs(scope, key string, tok token, r *core.Response) []any {
-	return []any{scope, key, tok, int32(r.Status), core.EncodeHeader(r.Header), r.Body}
+func completeArgs(scope, key string, tok token, r *storage.Response) []any {
+	return []any{scope, key, tok, int32(r.Status), storage.EncodeHeader(r.Header), r.Body}
 }
 
 // atomicLock holds the claim's transaction: the handler writes in it, Complete records
@@ -56,10 +55,10 @@ type atomicLock struct {
 	conn    *pgx.Conn
 	release func()
 	ended   bool
-	timeout time.Duration // bounds Complete (core.Claim.Timeout)
+	timeout time.Duration // bounds Complete (storage.Claim.Timeout)
 }
 
-var _ core.Lock = (*atomicLock)(nil)
+var _ storage.Lock = (*atomicLock)(nil)
 
 func (l *atomicLock) Context(ctx context.Context) context.Context {
 	return context.WithValue(ctx, ctxKey{}, l.slot)
@@ -101,7 +100,7 @@ func (l *atomicLock) Phase(ctx context.Context, point string, fn func(ctx contex
 // Complete records r and commits. On a connection of its own, the completion and COMMIT
 // go in one round trip: the row is this transaction's (inserted or locked by the claim),
 // so the update cannot miss it.
-func (l *atomicLock) Complete(ctx context.Context, r *core.Response) error {
+func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
 	if l.ended {
 		return errEnded
 	}
@@ -215,10 +214,10 @@ type phasedLock struct {
 	progress   bool  // a phase has committed: Release keeps the key and its point
 	final      *slot // the final transaction
 	ended      bool
-	timeout    time.Duration // bounds Complete (core.Claim.Timeout)
+	timeout    time.Duration // bounds Complete (storage.Claim.Timeout)
 }
 
-var _ core.Lock = (*phasedLock)(nil)
+var _ storage.Lock = (*phasedLock)(nil)
 
 func (l *phasedLock) Context(ctx context.Context) context.Context {
 	return context.WithValue(ctx, ctxKey{}, l.final)
@@ -236,7 +235,7 @@ var errFinalOpen = errors.New("pgxstore: Phase called after the handler opened t
 
 // Phase runs fn with a transaction of its own (opened when fn first asks for it) and
 // commits it with point as the new recovery point and a renewed lease, fenced by the
-// token: after a takeover nothing commits and Phase returns core.ErrLeaseLost.
+// token: after a takeover nothing commits and Phase returns storage.ErrLeaseLost.
 func (l *phasedLock) Phase(ctx context.Context, point string, fn func(ctx context.Context) error) error {
 	if l.ended {
 		return errEnded
@@ -280,7 +279,7 @@ func (l *phasedLock) Phase(ctx context.Context, point string, fn func(ctx contex
 func (l *phasedLock) fenced(ctx context.Context, tx pgx.Tx, op, sql string, args ...any) error {
 	ct, err := l.s.exec(ctx, tx, sql, args...)
 	if err == nil && ct.RowsAffected() == 0 {
-		err = fmt.Errorf("pgxstore: %s: key %q: %w", op, l.key, core.ErrLeaseLost)
+		err = fmt.Errorf("pgxstore: %s: key %q: %w", op, l.key, storage.ErrLeaseLost)
 	}
 	if err != nil {
 		if tx != nil {
@@ -300,7 +299,7 @@ func (l *phasedLock) fenced(ctx context.Context, tx pgx.Tx, op, sql string, args
 
 // Complete records r, with the final transaction when the handler opened one, fenced by
 // the token. After a failure the lock stays usable for Release.
-func (l *phasedLock) Complete(ctx context.Context, r *core.Response) error {
+func (l *phasedLock) Complete(ctx context.Context, r *storage.Response) error {
 	if l.ended {
 		return errEnded
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/pgxstore"
 )
@@ -23,7 +23,7 @@ func TestMigrate(t *testing.T) {
 	ctx := t.Context()
 
 	_, schema := testdb.PostgresSchema(t)
-	store := pgxstore.New(db, pgxstore.WithTable(schema, `odd "name"; DROP TABLE x`))
+	store := pgxstore.New(db, pgxstore.WithTable(schema+`.odd "name"; DROP TABLE x`))
 	var wg sync.WaitGroup
 	errs := make([]error, 8)
 	for i := range errs {
@@ -46,7 +46,7 @@ func TestMigrate(t *testing.T) {
 
 	// A table made by hand from the DDL the store prints.
 	_, schema = testdb.PostgresSchema(t)
-	store = pgxstore.New(db, pgxstore.WithTable(schema, "by_hand"))
+	store = pgxstore.New(db, pgxstore.WithTable(schema+".by_hand"))
 	if !strings.Contains(store.Schema(), fmt.Sprintf(`CREATE TABLE IF NOT EXISTS "%s"."by_hand" (`, schema)) ||
 		!strings.Contains(store.Schema(), fmt.Sprintf(`CREATE INDEX IF NOT EXISTS "by_hand_created_at_idx" ON "%s"."by_hand" (created_at)`, schema)) {
 		t.Fatalf("Schema() does not name the configured table:\n%s", store.Schema())
@@ -61,9 +61,9 @@ func TestMigrate(t *testing.T) {
 // roundTrip claims, completes and replays a key.
 func roundTrip(t *testing.T, store *pgxstore.Store) {
 	t.Helper()
-	c := testClaim("round-trip", core.ModeAtomic)
+	c := testClaim("round-trip", storage.ModeAtomic)
 	lock := mustLock(t, store, c)
-	want := &core.Response{Status: http.StatusCreated, Header: http.Header{"Location": {"/x/1"}}, Body: []byte{0, 1, 2, 0xff}}
+	want := &storage.Response{Status: http.StatusCreated, Header: http.Header{"Location": {"/x/1"}}, Body: []byte{0, 1, 2, 0xff}}
 	if err := lock.Complete(t.Context(), want); err != nil {
 		t.Fatal(err)
 	}
@@ -99,12 +99,12 @@ func TestDeleteExpiredByPrimaryKey(t *testing.T) {
 		store, schema := newStore(t, db, opts...)
 		ctx := t.Context()
 		for i := range 5 {
-			lock := mustLock(t, store, testClaim(fmt.Sprint("done-", i), core.ModeAtomic))
-			if err := lock.Complete(ctx, &core.Response{Status: http.StatusOK}); err != nil {
+			lock := mustLock(t, store, testClaim(fmt.Sprint("done-", i), storage.ModeAtomic))
+			if err := lock.Complete(ctx, &storage.Response{Status: http.StatusOK}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		mustLock(t, store, testClaim("live", core.ModePhased))
+		mustLock(t, store, testClaim("live", storage.ModePhased))
 		// Age the keys: done-i was created i hours ago, live 10 hours ago.
 		exec(t, db, fmt.Sprintf(`UPDATE %s.idempotency_keys SET created_at = now() - CASE
 			WHEN idem_key = 'live' THEN interval '10 hours'

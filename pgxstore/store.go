@@ -4,14 +4,16 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // DB is what the store needs of the database: *pgxpool.Pool satisfies it (use that in
@@ -21,7 +23,7 @@ import (
 // completion and COMMIT in another. A *pgx.Conn is one connection: the store lets one
 // transaction use it at a time, so one atomic request (or one phased request's final
 // transaction) runs at a time and others wait up to their lock wait, then get
-// core.ErrTransient; that suits tests and command-line tools. With a pgx.Tx every claim
+// storage.ErrTransient; that suits tests and command-line tools. With a pgx.Tx every claim
 // is a savepoint in your transaction and commits only when you commit it; a twin in the
 // same transaction is not held off, so use it for code that handles one request at a time.
 type DB interface {
@@ -40,15 +42,17 @@ var (
 const (
 	// DefaultTable is the table the store uses unless WithTable names another.
 	DefaultTable = defaultTable
-	// DefaultLockWait bounds an atomic claim's wait for a twin when neither the claim
-	// nor WithLockWait sets it.
-	DefaultLockWait = 2 * time.Second
+	// DefaultRetention is how long keys are kept unless WithRetention says otherwise.
+	DefaultRetention = 24 * time.Hour
+	// defaultLockWait bounds an atomic claim's wait for a twin when the claim sets none
+	// (the engine always sets one: core.Config.LockWait).
+	defaultLockWait = 2 * time.Second
 	// defaultLease is the lease of a claim that sets none.
 	defaultLease = 60 * time.Second
 	// maxSettle bounds how often one claim re-reads a key that changed under it.
 	maxSettle = 8
 	// maxRetries bounds how often an atomic claim starts again after a serialization
-	// failure (a twin committed after its snapshot) before returning core.ErrTransient;
+	// failure (a twin committed after its snapshot) before returning storage.ErrTransient;
 	// the lock wait bounds it in time. Each retry takes a new snapshot that sees the
 	// twin's record, so more than a couple are needed only under heavy contention.
 	maxRetries = 16
@@ -58,28 +62,25 @@ const (
 type Option func(*Store)
 
 // WithTable sets the key table: WithTable("idem_keys") or, schema-qualified,
-// WithTable("billing", "idem_keys"). Each part is quoted as an identifier. Default:
-// "idempotency_keys" (unqualified, so it follows the connection's search_path).
-func WithTable(name ...string) Option {
-	if len(name) == 0 {
-		panic("pgxstore: WithTable needs a table name")
+// WithTable("billing.idem_keys"). Each part is quoted as an identifier, so a name holds
+// no dot of its own. Default: "idempotency_keys" (unqualified, so it follows the
+// connection's search_path).
+func WithTable(name string) Option {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 || slices.Contains(parts, "") {
+		panic(fmt.Sprintf("pgxstore: WithTable(%q): want \"table\" or \"schema.table\"", name))
 	}
-	for _, n := range name {
-		if n == "" {
-			panic("pgxstore: WithTable: empty name part")
-		}
-	}
-	return func(s *Store) { s.table = append(pgx.Identifier(nil), name...) }
+	return func(s *Store) { s.table = pgx.Identifier(parts) }
 }
 
-// WithLockWait sets how long an atomic claim waits for a twin transaction in flight when
-// the claim itself (core.Claim.LockWait, the engine's Config.LockWait) sets no wait.
-// Default: DefaultLockWait (2s).
-func WithLockWait(d time.Duration) Option {
+// WithRetention sets how long a key is kept: an older key counts as absent to claims,
+// and core.Sweeper deletes it. It is the one retention setting (the engine and the
+// sweeper read it from the store). Default: DefaultRetention (24h).
+func WithRetention(d time.Duration) Option {
 	if d <= 0 {
-		panic("pgxstore: WithLockWait needs a positive duration")
+		panic(fmt.Sprintf("pgxstore: WithRetention(%v): the retention must be positive", d))
 	}
-	return func(s *Store) { s.lockWait = d }
+	return func(s *Store) { s.retention = d }
 }
 
 // WithIsolation sets the isolation level of the store's transactions (the atomic claim
@@ -107,12 +108,12 @@ func WithLookupFirst() Option { return func(s *Store) { s.lookupFirst = true } }
 // databases without a stable ctid (Citus, CockroachDB, YugabyteDB). Default: by ctid.
 func WithSweepByPrimaryKey() Option { return func(s *Store) { s.sweepPK = true } }
 
-// Store keeps idempotency keys in PostgreSQL through pgx v5. It implements core.Store in
+// Store keeps idempotency keys in PostgreSQL through pgx v5. It implements storage.Store in
 // both modes. Create it with New; it is safe for concurrent use.
 type Store struct {
 	db          DB
 	table       pgx.Identifier
-	lockWait    time.Duration
+	retention   time.Duration
 	iso         pgx.TxIsoLevel
 	lookupFirst bool
 	sweepPK     bool
@@ -122,7 +123,7 @@ type Store struct {
 	sem chan struct{}
 }
 
-var _ core.Store = (*Store)(nil)
+var _ storage.Store = (*Store)(nil)
 
 // New returns a Store on db. It panics if db is nil. Create the table with Migrate (or
 // by hand from the DDL in schema.sql / the README).
@@ -130,7 +131,7 @@ func New(db DB, opts ...Option) *Store {
 	if db == nil {
 		panic("pgxstore: New needs a DB (a *pgxpool.Pool, *pgx.Conn or pgx.Tx)")
 	}
-	s := &Store{db: db, table: pgx.Identifier{defaultTable}, lockWait: DefaultLockWait, iso: pgx.ReadCommitted}
+	s := &Store{db: db, table: pgx.Identifier{defaultTable}, retention: DefaultRetention, iso: pgx.ReadCommitted}
 	for _, o := range opts {
 		o(s)
 	}
@@ -156,6 +157,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
+// Retention reports how long keys are kept (WithRetention).
+func (s *Store) Retention() time.Duration { return s.retention }
+
 // SupportsAtomic reports true: the store shares its transaction with the handler.
 func (s *Store) SupportsAtomic() bool { return true }
 
@@ -177,28 +181,28 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) 
 	return int(ct.RowsAffected()), nil
 }
 
-// Claim claims c.Key in c.Scope, or reports the record that holds it; see core.Store. A
-// zero c.LockWait takes the store's (WithLockWait), a zero c.Lease 60s, a zero
-// c.Retention keeps keys for ever; ModeDefault is atomic.
-func (s *Store) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Record, error) {
+// Claim claims c.Key in c.Scope, or reports the record that holds it; see storage.Store.
+// A zero c.LockWait waits 2s, a zero c.Lease is 60s and a zero c.Retention keeps keys
+// for ever; the engine sets all three.
+func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
 	if c.Timeout > 0 { // pgx transactions outlive the context they began with
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
 		defer cancel()
 	}
 	if c.LockWait <= 0 {
-		c.LockWait = s.lockWait
+		c.LockWait = defaultLockWait
 	}
 	if c.Lease <= 0 {
 		c.Lease = defaultLease
 	}
 	switch c.Mode {
-	case core.ModeAtomic, core.ModeDefault:
+	case storage.ModeAtomic:
 		return s.claimAtomic(ctx, c)
-	case core.ModePhased:
+	case storage.ModePhased:
 		return s.claimPhased(ctx, c)
 	default:
-		return nil, nil, fmt.Errorf("pgxstore: mode %v: %w", c.Mode, core.ErrUnsupportedMode)
+		return nil, nil, fmt.Errorf("pgxstore: mode %v: %w", c.Mode, storage.ErrUnsupportedMode)
 	}
 }
 
@@ -214,14 +218,14 @@ func newToken() token {
 }
 
 // claimArgs are the claim statement's arguments.
-func claimArgs(c core.Claim, tok token, wait time.Duration) []any {
+func claimArgs(c storage.Claim, tok token, wait time.Duration) []any {
 	ms := max(wait.Milliseconds(), 1)
 	return []any{c.Scope, c.Key, c.Fingerprint, c.Method, c.Path, tok,
 		c.Lease.Microseconds(), strconv.FormatInt(ms, 10), c.Retention.Microseconds()}
 }
 
 // hold takes the connection of a single-connection DB, waiting up to wait (then
-// core.ErrTransient: another request, maybe with another key, is using it). For a pool it
+// storage.ErrTransient: another request, maybe with another key, is using it). For a pool it
 // does nothing.
 func (s *Store) hold(ctx context.Context, wait time.Duration) (release func(), err error) {
 	if s.sem == nil {
@@ -240,7 +244,7 @@ func (s *Store) hold(ctx context.Context, wait time.Duration) (release func(), e
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-t.C:
-		return nil, fmt.Errorf("pgxstore: the store's single connection stayed busy for %v: %w", wait, core.ErrTransient)
+		return nil, fmt.Errorf("pgxstore: the store's single connection stayed busy for %v: %w", wait, storage.ErrTransient)
 	}
 }
 

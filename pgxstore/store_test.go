@@ -5,7 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/pgxstore"
 )
@@ -17,7 +17,7 @@ func TestConformance(t *testing.T) {
 	for _, level := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead} {
 		t.Run(string(level), func(t *testing.T) {
 			t.Parallel()
-			storetest.Run(t, func(t *testing.T) core.Store {
+			storetest.Run(t, func(t *testing.T) storage.Store {
 				store, _ := newStore(t, sharedPool(t), pgxstore.WithIsolation(level))
 				return store
 			})

@@ -14,17 +14,18 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/pgxstore"
 )
 
-func testClaim(key string, mode core.Mode) core.Claim {
+func testClaim(key string, mode storage.Mode) storage.Claim {
 	fp := sha256.Sum256([]byte("POST /things\n" + key))
-	return core.Claim{Scope: "acme", Key: key, Fingerprint: fp[:], Method: http.MethodPost, Path: "/things",
+	return storage.Claim{Scope: "acme", Key: key, Fingerprint: fp[:], Method: http.MethodPost, Path: "/things",
 		Mode: mode, Lease: time.Minute, LockWait: time.Second, Retention: 24 * time.Hour}
 }
 
-func mustLock(t *testing.T, store core.Store, c core.Claim) core.Lock {
+func mustLock(t *testing.T, store storage.Store, c storage.Claim) storage.Lock {
 	t.Helper()
 	lock, rec, err := store.Claim(t.Context(), c)
 	if err != nil || lock == nil {
@@ -96,7 +97,7 @@ func TestAtomicTx(t *testing.T) {
 	store, schema := newStore(t, db)
 	table := thingsTable(t, db, schema)
 
-	lock := mustLock(t, store, testClaim("released", core.ModeAtomic))
+	lock := mustLock(t, store, testClaim("released", storage.ModeAtomic))
 	ctx := lock.Context(t.Context())
 	if err := insertThing(ctx, table, "released"); err != nil {
 		t.Fatal(err)
@@ -114,7 +115,7 @@ func TestAtomicTx(t *testing.T) {
 		t.Fatalf("Exec after Release: %v, want ErrTxClosed", err)
 	}
 
-	lock = mustLock(t, store, testClaim("completed", core.ModeAtomic))
+	lock = mustLock(t, store, testClaim("completed", storage.ModeAtomic))
 	ctx = lock.Context(t.Context())
 	tx := pgxstore.Tx(ctx)
 	if err := insertThing(ctx, table, "completed"); err != nil {
@@ -131,7 +132,7 @@ func TestAtomicTx(t *testing.T) {
 	if err := nested.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := lock.Complete(ctx, &core.Response{Status: http.StatusCreated}); err != nil {
+	if err := lock.Complete(ctx, &storage.Response{Status: http.StatusCreated}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Exec(ctx, "SELECT 1"); !errors.Is(err, pgx.ErrTxClosed) {
@@ -143,7 +144,7 @@ func TestAtomicTx(t *testing.T) {
 	if got := things(t, db, table); got != "completed" {
 		t.Fatalf("things = %q, want only the completed request's row", got)
 	}
-	if err := lock.Complete(ctx, &core.Response{Status: http.StatusCreated}); err == nil {
+	if err := lock.Complete(ctx, &storage.Response{Status: http.StatusCreated}); err == nil {
 		t.Fatal("a second Complete succeeded")
 	}
 }
@@ -155,7 +156,7 @@ func TestAtomicPhase(t *testing.T) {
 	db := sharedPool(t)
 	store, schema := newStore(t, db)
 	table := thingsTable(t, db, schema)
-	lock := mustLock(t, store, testClaim("k", core.ModeAtomic))
+	lock := mustLock(t, store, testClaim("k", storage.ModeAtomic))
 	ctx := lock.Context(t.Context())
 	if err := insertThing(ctx, table, "before"); err != nil {
 		t.Fatal(err)
@@ -176,7 +177,7 @@ func TestAtomicPhase(t *testing.T) {
 	if lock.RecoveryPoint() != "works" {
 		t.Fatalf("recovery point %q, want works", lock.RecoveryPoint())
 	}
-	if err := lock.Complete(ctx, &core.Response{Status: http.StatusOK}); err != nil {
+	if err := lock.Complete(ctx, &storage.Response{Status: http.StatusOK}); err != nil {
 		t.Fatal(err)
 	}
 	if got := things(t, db, table); got != "before,phase" {
@@ -196,7 +197,7 @@ func TestPhasedTx(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 
-	lock := mustLock(t, store, testClaim("k", core.ModePhased))
+	lock := mustLock(t, store, testClaim("k", storage.ModePhased))
 	lctx := lock.Context(ctx)
 	if err := lock.Phase(lctx, "p1", func(ctx context.Context) error { return insertThing(ctx, table, "p1") }); err != nil {
 		t.Fatal(err)
@@ -224,14 +225,14 @@ func TestPhasedTx(t *testing.T) {
 		!strings.Contains(err.Error(), "final transaction") {
 		t.Fatalf("phase after the final transaction opened: %v, want a refusal", err)
 	}
-	if err := lock.Complete(lctx, &core.Response{Status: http.StatusOK}); err != nil {
+	if err := lock.Complete(lctx, &storage.Response{Status: http.StatusOK}); err != nil {
 		t.Fatal(err)
 	}
 	if got := things(t, check, table); got != "final,p1" {
 		t.Fatalf("after Complete: things = %q, want final,p1", got)
 	}
 
-	lock = mustLock(t, store, testClaim("released", core.ModePhased))
+	lock = mustLock(t, store, testClaim("released", storage.ModePhased))
 	lctx = lock.Context(ctx)
 	if err := insertThing(lctx, table, "released"); err != nil {
 		t.Fatal(err)
@@ -253,7 +254,7 @@ func TestAtomicOnePoolConnection(t *testing.T) {
 	t.Parallel()
 	db := newPool(t, 1, nil)
 	store, _ := newStore(t, db)
-	c := testClaim("k", core.ModeAtomic)
+	c := testClaim("k", storage.ModeAtomic)
 	lock := mustLock(t, store, c)
 	twin := c
 	twin.LockWait = 100 * time.Millisecond
@@ -263,7 +264,7 @@ func TestAtomicOnePoolConnection(t *testing.T) {
 	if _, _, err := store.Claim(ctx, twin); err == nil {
 		t.Fatal("a twin claimed while the only connection was held")
 	}
-	if err := lock.Complete(t.Context(), &core.Response{Status: http.StatusCreated, Body: []byte("done")}); err != nil {
+	if err := lock.Complete(t.Context(), &storage.Response{Status: http.StatusCreated, Body: []byte("done")}); err != nil {
 		t.Fatal(err)
 	}
 	_, rec, err := store.Claim(t.Context(), c)
@@ -277,7 +278,7 @@ func TestAtomicOnePoolConnection(t *testing.T) {
 func TestErrorMapping(t *testing.T) {
 	t.Parallel()
 	store, _ := newStore(t, sharedPool(t))
-	c := testClaim("k", core.ModeAtomic)
+	c := testClaim("k", storage.ModeAtomic)
 	mustLock(t, store, c)
 	twin := c
 	twin.LockWait = 50 * time.Millisecond
@@ -286,7 +287,7 @@ func TestErrorMapping(t *testing.T) {
 	if !errors.Is(err, core.ErrInProgress) || !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
 		t.Fatalf("twin of an open claim: %v, want ErrInProgress wrapping SQLSTATE 55P03", err)
 	}
-	if _, _, err := store.Claim(t.Context(), core.Claim{Mode: core.Mode(42)}); !errors.Is(err, core.ErrUnsupportedMode) {
+	if _, _, err := store.Claim(t.Context(), storage.Claim{Mode: storage.Mode(42)}); !errors.Is(err, core.ErrUnsupportedMode) {
 		t.Fatalf("unknown mode: %v, want ErrUnsupportedMode", err)
 	}
 }
@@ -307,10 +308,10 @@ func TestSingleConn(t *testing.T) {
 		t.Fatal(err)
 	}
 	exec(t, conn, "CREATE TABLE things (v text NOT NULL)")
-	for _, mode := range []core.Mode{core.ModeAtomic, core.ModePhased} {
+	for _, mode := range []storage.Mode{storage.ModeAtomic, storage.ModePhased} {
 		c := testClaim("k-"+mode.String(), mode)
 		lock := mustLock(t, store, c)
-		if mode == core.ModeAtomic {
+		if mode == storage.ModeAtomic {
 			other := testClaim("other", mode)
 			other.LockWait = 50 * time.Millisecond
 			if _, _, err := store.Claim(t.Context(), other); !errors.Is(err, core.ErrTransient) {
@@ -320,7 +321,7 @@ func TestSingleConn(t *testing.T) {
 		if err := insertThing(lock.Context(t.Context()), "things", mode.String()); err != nil {
 			t.Fatal(err)
 		}
-		if err := lock.Complete(t.Context(), &core.Response{Status: http.StatusCreated, Body: []byte(mode.String())}); err != nil {
+		if err := lock.Complete(t.Context(), &storage.Response{Status: http.StatusCreated, Body: []byte(mode.String())}); err != nil {
 			t.Fatalf("%v: complete: %v", mode, err)
 		}
 		_, rec, err := store.Claim(t.Context(), c)
@@ -345,11 +346,11 @@ func TestInsideTx(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	store := pgxstore.New(tx, pgxstore.WithTable(schema, "idempotency_keys"))
-	for _, mode := range []core.Mode{core.ModeAtomic, core.ModePhased} {
+	store := pgxstore.New(tx, pgxstore.WithTable(schema+"."+"idempotency_keys"))
+	for _, mode := range []storage.Mode{storage.ModeAtomic, storage.ModePhased} {
 		c := testClaim("k-"+mode.String(), mode)
 		lock := mustLock(t, store, c)
-		if err := lock.Complete(ctx, &core.Response{Status: http.StatusCreated, Body: []byte(mode.String())}); err != nil {
+		if err := lock.Complete(ctx, &storage.Response{Status: http.StatusCreated, Body: []byte(mode.String())}); err != nil {
 			t.Fatalf("%v: complete: %v", mode, err)
 		}
 		_, rec, err := store.Claim(ctx, c)
@@ -371,7 +372,7 @@ func TestAtomicTakeover(t *testing.T) {
 	t.Parallel()
 	store, _ := newStore(t, sharedPool(t))
 	ctx := t.Context()
-	c := testClaim("k", core.ModePhased)
+	c := testClaim("k", storage.ModePhased)
 	c.Lease = 100 * time.Millisecond
 	stale := mustLock(t, store, c)
 	if err := stale.Phase(ctx, "charged", func(context.Context) error { return nil }); err != nil {
@@ -380,18 +381,18 @@ func TestAtomicTakeover(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 
 	a := c
-	a.Mode = core.ModeAtomic
+	a.Mode = storage.ModeAtomic
 	lock := mustLock(t, store, a)
 	if !lock.TakenOver() || lock.RecoveryPoint() != "charged" {
 		t.Fatalf("atomic claim of an expired lease: taken over %v, point %q; want true, charged", lock.TakenOver(), lock.RecoveryPoint())
 	}
-	if err := lock.Complete(ctx, &core.Response{Status: http.StatusCreated, Body: []byte("atomic")}); err != nil {
+	if err := lock.Complete(ctx, &storage.Response{Status: http.StatusCreated, Body: []byte("atomic")}); err != nil {
 		t.Fatal(err)
 	}
 	if err := stale.Phase(ctx, "late", func(context.Context) error { return nil }); !errors.Is(err, core.ErrLeaseLost) {
 		t.Fatalf("stale phase: %v, want ErrLeaseLost", err)
 	}
-	if err := stale.Complete(ctx, &core.Response{Status: http.StatusOK}); !errors.Is(err, core.ErrLeaseLost) {
+	if err := stale.Complete(ctx, &storage.Response{Status: http.StatusOK}); !errors.Is(err, core.ErrLeaseLost) {
 		t.Fatalf("stale complete: %v, want ErrLeaseLost", err)
 	}
 	_, rec, err := store.Claim(ctx, c)
@@ -408,13 +409,13 @@ func TestAtomicAbortedTransaction(t *testing.T) {
 	db := newPool(t, 1, nil)
 	store, schema := newStore(t, db)
 	ctx := t.Context()
-	c := testClaim("k", core.ModeAtomic)
+	c := testClaim("k", storage.ModeAtomic)
 	lock := mustLock(t, store, c)
 	lctx := lock.Context(ctx)
 	if _, err := pgxstore.Tx(lctx).Exec(lctx, "SELECT 1/0"); err == nil {
 		t.Fatal("division by zero succeeded")
 	}
-	if err := lock.Complete(ctx, &core.Response{Status: http.StatusCreated}); err == nil {
+	if err := lock.Complete(ctx, &storage.Response{Status: http.StatusCreated}); err == nil {
 		t.Fatal("Complete of an aborted transaction succeeded")
 	}
 	if err := lock.Release(ctx); err != nil {
@@ -424,7 +425,7 @@ func TestAtomicAbortedTransaction(t *testing.T) {
 		t.Fatalf("%d keys remain", n)
 	}
 	lock = mustLock(t, store, c)
-	if err := lock.Complete(ctx, &core.Response{Status: http.StatusCreated}); err != nil {
+	if err := lock.Complete(ctx, &storage.Response{Status: http.StatusCreated}); err != nil {
 		t.Fatalf("the next request on the same connection: %v", err)
 	}
 }

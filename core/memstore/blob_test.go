@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // TestCompletedKeyRoundTrip: a completed key is kept encoded and decoded on its first
@@ -33,24 +34,24 @@ func TestCompletedKeyRoundTrip(t *testing.T) {
 			name  string
 			fp    []byte
 			point string
-			resp  core.Response
+			resp  storage.Response
 		}{
-			{"nil header, nil body", bytes.Repeat([]byte{1}, 32), "", core.Response{Status: 204}},
+			{"nil header, nil body", bytes.Repeat([]byte{1}, 32), "", storage.Response{Status: 204}},
 			{"empty header, empty body", bytes.Repeat([]byte{2}, 32), "",
-				core.Response{Status: 202, Header: http.Header{}, Body: []byte{}}},
+				storage.Response{Status: 202, Header: http.Header{}, Body: []byte{}}},
 			{"nil and empty values", []byte{}, "",
-				core.Response{Status: 200, Header: http.Header{"X-Nil": nil, "X-Empty": {}, "X-One": {""}}, Body: []byte("x")}},
-			{"nil fingerprint", nil, "", core.Response{Status: 200, Body: []byte("y")}},
-			{"long fingerprint", bytes.Repeat([]byte{3}, 64), "", core.Response{Status: 200}},
-			{"many values", bytes.Repeat([]byte{4}, 32), "charged", core.Response{Status: 201, Header: http.Header{
+				storage.Response{Status: 200, Header: http.Header{"X-Nil": nil, "X-Empty": {}, "X-One": {""}}, Body: []byte("x")}},
+			{"nil fingerprint", nil, "", storage.Response{Status: 200, Body: []byte("y")}},
+			{"long fingerprint", bytes.Repeat([]byte{3}, 64), "", storage.Response{Status: 200}},
+			{"many values", bytes.Repeat([]byte{4}, 32), "charged", storage.Response{Status: 201, Header: http.Header{
 				"Location":        {"/orders/1"},
 				"Link":            {"</a>; rel=next", "</b>; rel=prev", long},
 				"X-Odd":           {"a\r\nb", "c: d\n"},
 				"non-canonical":   {"kept as given"},
 				long[:40] + "-Nm": {long},
 			}, Body: binary}},
-			{"odd status", bytes.Repeat([]byte{5}, 32), "emailed", core.Response{Status: -1, Body: []byte(long)}},
-			{"huge status", bytes.Repeat([]byte{6}, 32), long, core.Response{Status: 1 << 40}},
+			{"odd status", bytes.Repeat([]byte{5}, 32), "emailed", storage.Response{Status: -1, Body: []byte(long)}},
+			{"huge status", bytes.Repeat([]byte{6}, 32), long, storage.Response{Status: 1 << 40}},
 		}
 		for _, loc := range []*time.Location{time.UTC, time.Local, time.FixedZone("X", 3600)} {
 			for _, tc := range cases {
@@ -63,8 +64,8 @@ func TestCompletedKeyRoundTrip(t *testing.T) {
 					set := func(t time.Time) { mu.Lock(); defer mu.Unlock(); now = t }
 					s := newStore(memstore.WithClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now }))
 					ctx := context.Background()
-					c := core.Claim{Scope: "scope-" + long, Key: "key-" + tc.name, Fingerprint: tc.fp, Method: http.MethodPatch,
-						Path: "/orders/" + long, Mode: core.ModePhased, Lease: time.Minute, Retention: time.Hour}
+					c := storage.Claim{Scope: "scope-" + long, Key: "key-" + tc.name, Fingerprint: tc.fp, Method: http.MethodPatch,
+						Path: "/orders/" + long, Mode: storage.ModePhased, Lease: time.Minute, Retention: time.Hour}
 					l := mustLock(t, s, c)
 					if tc.point != "" {
 						if err := l.Phase(ctx, tc.point, nil); err != nil {
@@ -85,10 +86,10 @@ func TestCompletedKeyRoundTrip(t *testing.T) {
 
 					point := tc.point
 					if point == "" {
-						point = core.RecoveryStarted
+						point = storage.RecoveryStarted
 					}
-					want := &core.Record{Scope: c.Scope, Key: c.Key, Fingerprint: tc.fp, Method: c.Method, Path: c.Path,
-						State: core.StateCompleted, RecoveryPoint: point, Response: &tc.resp,
+					want := &storage.Record{Scope: c.Scope, Key: c.Key, Fingerprint: tc.fp, Method: c.Method, Path: c.Path,
+						State: storage.StateCompleted, RecoveryPoint: point, Response: &tc.resp,
 						CreatedAt: claimed, CompletedAt: completed}
 					for range 2 { // the first replay decodes, the second reads the cached record
 						got := mustRecord(t, s, c)
@@ -102,7 +103,7 @@ func TestCompletedKeyRoundTrip(t *testing.T) {
 	})
 }
 
-func show(r *core.Record) string {
+func show(r *storage.Record) string {
 	return fmt.Sprintf("%q %q fp=%#v %s %q %s %q created=%v completed=%v status=%d header=%#v body(nil=%v, %d bytes)",
 		r.Scope[:min(20, len(r.Scope))], r.Key, r.Fingerprint, r.Method, r.Path[:min(20, len(r.Path))], r.State, r.RecoveryPoint,
 		r.CreatedAt, r.CompletedAt, r.Response.Status, r.Response.Header, r.Response.Body == nil, len(r.Response.Body))
@@ -116,7 +117,7 @@ func TestCompletedKeyKeepsNothingOfTheRequest(t *testing.T) {
 		s := newStore()
 		// Another key first, so that in a store whose keys share one hash the fresh key
 		// goes to the shard's spill map, keyed by strings.
-		if err := mustLock(t, s, claim("other", "a")).Complete(context.Background(), &core.Response{Status: 200}); err != nil {
+		if err := mustLock(t, s, claim("other", "a")).Complete(context.Background(), &storage.Response{Status: 200}); err != nil {
 			t.Fatal(err)
 		}
 		weaks := completeFreshKey(t, s)
@@ -145,7 +146,7 @@ func completeFreshKey(t *testing.T, s *memstore.Store) map[string]func() bool {
 	c.Fingerprint = bytes.Clone(c.Fingerprint)
 	loc := strings.Clone(strings.Repeat("/l", 40))
 	values := []string{loc}
-	resp := &core.Response{Status: 201, Header: http.Header{"Location": values}, Body: bytes.Repeat([]byte("b"), 100)}
+	resp := &storage.Response{Status: 201, Header: http.Header{"Location": values}, Body: bytes.Repeat([]byte("b"), 100)}
 	weaks := map[string]func() bool{
 		"key":          alive(unsafe.StringData(c.Key)),
 		"fingerprint":  alive(&c.Fingerprint[0]),
@@ -173,11 +174,11 @@ func TestConcurrentFirstReplays(t *testing.T) {
 		const keys, workers = 50, 8
 		for i := range keys {
 			l := mustLock(t, s, claim(fmt.Sprint("k", i), "a"))
-			if err := l.Complete(ctx, &core.Response{Status: 200, Header: http.Header{"A": {"b"}}, Body: []byte("ok")}); err != nil {
+			if err := l.Complete(ctx, &storage.Response{Status: 200, Header: http.Header{"A": {"b"}}, Body: []byte("ok")}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		got := make([][keys]*core.Record, workers)
+		got := make([][keys]*storage.Record, workers)
 		var wg sync.WaitGroup
 		for w := range workers {
 			wg.Go(func() {
@@ -207,17 +208,17 @@ func TestRetentionReplacesKeys(t *testing.T) {
 		const n = 20
 		for i := range n {
 			l := mustLock(t, s, claim(fmt.Sprint("k", i), "a"))
-			if err := l.Complete(ctx, &core.Response{Status: 200 + i}); err != nil {
+			if err := l.Complete(ctx, &storage.Response{Status: 200 + i}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		clk.add(25 * time.Hour) // claim's retention is 24h
 		for i := range n {
 			l := mustLock(t, s, claim(fmt.Sprint("k", i), "b"))
-			if l.TakenOver() || l.RecoveryPoint() != core.RecoveryStarted {
+			if l.TakenOver() || l.RecoveryPoint() != storage.RecoveryStarted {
 				t.Fatalf("k%d: TakenOver=%v point=%q, want a fresh claim", i, l.TakenOver(), l.RecoveryPoint())
 			}
-			if err := l.Complete(ctx, &core.Response{Status: 300 + i}); err != nil {
+			if err := l.Complete(ctx, &storage.Response{Status: 300 + i}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -250,13 +251,13 @@ func TestStaleLockAfterSlotReuse(t *testing.T) {
 		if err := stale.Phase(ctx, "x", nil); !errors.Is(err, core.ErrLeaseLost) {
 			t.Fatalf("stale Phase = %v, want ErrLeaseLost", err)
 		}
-		if err := stale.Complete(ctx, &core.Response{Status: 500}); !errors.Is(err, core.ErrLeaseLost) {
+		if err := stale.Complete(ctx, &storage.Response{Status: 500}); !errors.Is(err, core.ErrLeaseLost) {
 			t.Fatalf("stale Complete = %v, want ErrLeaseLost", err)
 		}
 		if err := stale.Release(ctx); !errors.Is(err, core.ErrLeaseLost) {
 			t.Fatalf("stale Release = %v, want ErrLeaseLost", err)
 		}
-		if err := fresh.Complete(ctx, &core.Response{Status: 201}); err != nil {
+		if err := fresh.Complete(ctx, &storage.Response{Status: 201}); err != nil {
 			t.Fatal(err)
 		}
 		if rec := mustRecord(t, s, claim("new", "a")); rec.Response.Status != 201 || rec.Key != "new" {

@@ -6,16 +6,16 @@
 // soon as more than one process serves the API.
 //
 // It has no transaction to share, so it runs phased mode only (SupportsAtomic reports
-// false and a ModeAtomic claim fails with core.ErrUnsupportedMode). What that loses: the
+// false and a ModeAtomic claim fails with storage.ErrUnsupportedMode). What that loses: the
 // handler's writes and the key's completion are not atomic. A handler that wrote its rows
 // and then crashed before Complete leaves a started key whose lease expires; the retry
 // takes over and runs the handler again from the last recorded phase. Phase runs its
 // function and then records the recovery point; the function's side effects cannot be
 // rolled back if the lease was lost meanwhile.
 //
-// Everything else of the core.Store contract holds: leases, a fresh fencing token per
+// Everything else of the storage.Store contract holds: leases, a fresh fencing token per
 // claim and takeover (a stale lock's Phase, Complete and Release return an error wrapping
-// core.ErrLeaseLost and change nothing), recovery points, keys past retention counted as
+// storage.ErrLeaseLost and change nothing), recovery points, keys past retention counted as
 // absent, DeleteExpired, atomic takeover of an expired lease. The store is safe for
 // concurrent use; its keys live in 64 shards, each with its own lock, and it starts no
 // goroutines. The process restarting loses every key.
@@ -31,7 +31,7 @@
 // A completed key is kept compact, so that a store holding hundreds of thousands of them
 // costs the garbage collector little: its fingerprint, method, path, recovery point and
 // response (status, headers, body) are encoded together in one pointer-free string, and
-// the *core.Record is decoded from it on the key's first replay. Later replays return that
+// the *storage.Record is decoded from it on the key's first replay. Later replays return that
 // same record without allocating.
 //
 // Records returned by Claim are shared with the store and with other callers: do not

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // The engine drives a store like this: the first request claims the key and records its
@@ -19,9 +20,9 @@ func Example() {
 	ctx := context.Background()
 	store := memstore.New()
 	fp := sha256.Sum256([]byte(`POST /orders {"amount":10}`))
-	c := core.Claim{
+	c := storage.Claim{
 		Scope: "account-1", Key: "9f1c7a52-order", Fingerprint: fp[:],
-		Method: http.MethodPost, Path: "/orders", Mode: core.ModePhased,
+		Method: http.MethodPost, Path: "/orders", Mode: storage.ModePhased,
 		Lease: time.Minute, Retention: 24 * time.Hour,
 	}
 
@@ -30,7 +31,7 @@ func Example() {
 		panic(err)
 	}
 	fmt.Println("first request claims the key:", lock.RecoveryPoint())
-	err = lock.Complete(ctx, &core.Response{
+	err = lock.Complete(ctx, &storage.Response{
 		Status: http.StatusCreated,
 		Header: http.Header{"Location": {"/orders/1"}},
 		Body:   []byte(`{"id":1}`),

@@ -11,27 +11,28 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // numShards is the number of independently locked parts of the key space. A power of two,
 // so picking a shard is a mask.
 const numShards = 64
 
-// DefaultLease is the lease a claim gets when core.Claim.Lease is zero or negative.
+// DefaultLease is the lease a claim gets when storage.Claim.Lease is zero or negative.
 const DefaultLease = 60 * time.Second
 
 // errLockEnded is returned by Phase and Complete on a lock that was already completed or
 // released.
 var errLockEnded = errors.New("memstore: lock already completed or released")
 
-// Store is an in-memory core.Store for tests and a single process. The zero value is not
+// Store is an in-memory storage.Store for tests and a single process. The zero value is not
 // usable; call New. See the package documentation for what it does not protect.
 type Store struct {
-	now    func() time.Time
-	seed   maphash.Seed
-	mask   uint64 // of the keys' hashes: all ones but in tests that make keys collide
-	shards [numShards]shard
+	now       func() time.Time
+	retention time.Duration
+	seed      maphash.Seed
+	mask      uint64 // of the keys' hashes: all ones but in tests that make keys collide
+	shards    [numShards]shard
 }
 
 // shard is one locked part of the key space, padded to its own cache lines so that
@@ -68,7 +69,7 @@ type id struct{ scope, key string }
 // A completed key is kept cheap for the garbage collector and to create, since a store may
 // hold hundreds of thousands of them: everything of it but its creation time lives in blob,
 // one pointer-free string (see encode), so it costs one noscan object plus its slot.
-// The *core.Record the engine wants is decoded from the blob on the first replay and cached
+// The *storage.Record the engine wants is decoded from the blob on the first replay and cached
 // in rec, so later replays allocate nothing.
 //
 // A slot is the same slot as long as it has the same e and blob: every claim and takeover
@@ -82,7 +83,7 @@ type slot struct {
 	blob string
 	// rec is blob decoded, set on the first replay and never changed after: replays share
 	// it and must not mutate it.
-	rec *core.Record
+	rec *storage.Record
 }
 
 // same reports whether sl and o are the same slot: the one is a copy of the other, perhaps
@@ -182,9 +183,27 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
+// WithRetention sets how long a key is kept: an older key counts as absent to claims,
+// and core.Sweeper deletes it. It is the one retention setting (the engine and the
+// sweeper read it from the store). Default: DefaultRetention (24h); a duration that is
+// not positive keeps the default.
+func WithRetention(d time.Duration) Option {
+	return func(s *Store) {
+		if d > 0 {
+			s.retention = d
+		}
+	}
+}
+
+// DefaultRetention is how long keys are kept unless WithRetention says otherwise.
+const DefaultRetention = 24 * time.Hour
+
+// Retention reports how long keys are kept (WithRetention).
+func (s *Store) Retention() time.Duration { return s.retention }
+
 // New returns an empty Store.
 func New(opts ...Option) *Store {
-	s := &Store{now: time.Now, seed: maphash.MakeSeed(), mask: ^uint64(0)}
+	s := &Store{now: time.Now, seed: maphash.MakeSeed(), mask: ^uint64(0), retention: DefaultRetention}
 	for _, o := range opts {
 		o(s)
 	}
@@ -194,7 +213,7 @@ func New(opts ...Option) *Store {
 	return s
 }
 
-var _ core.Store = (*Store)(nil)
+var _ storage.Store = (*Store)(nil)
 
 // hash returns the hash of key k and its shard.
 func (s *Store) hash(k id) (uint64, *shard) {
@@ -225,15 +244,15 @@ func pastRetention(sl *slot, now time.Time, retention time.Duration) bool {
 	return retention > 0 && now.Sub(sl.created) > retention && !sl.live(now)
 }
 
-// Claim implements core.Store. It runs ModePhased; ModeDefault is taken as ModePhased and
-// ModeAtomic fails with an error wrapping core.ErrUnsupportedMode.
+// Claim implements storage.Store. It runs ModePhased;
+// ModeAtomic fails with an error wrapping storage.ErrUnsupportedMode.
 //
-// A replaying claim (the key is completed) returns the store's own *core.Record, the same
+// A replaying claim (the key is completed) returns the store's own *storage.Record, the same
 // one to every replay of the key: callers must not mutate it.
-func (s *Store) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Record, error) {
-	if c.Mode != core.ModePhased && c.Mode != core.ModeDefault {
+func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
+	if c.Mode != storage.ModePhased {
 		return nil, nil, fmt.Errorf("memstore: mode %d (%s): %w: memstore has no transaction to share, use ModePhased",
-			c.Mode, c.Mode, core.ErrUnsupportedMode)
+			c.Mode, c.Mode, storage.ErrUnsupportedMode)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, nil, fmt.Errorf("memstore: claim: %w", err)
@@ -271,7 +290,7 @@ func (s *Store) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Recor
 	switch {
 	case !found || pastRetention(sl, now, c.Retention):
 		e := &entry{sh: sh, now: s.now, k: k, h: h, spilled: spilled, method: c.Method, path: c.Path, created: now,
-			lease: lease, point: core.RecoveryStarted, claimedPoint: core.RecoveryStarted, lockedUntil: now.Add(lease)}
+			lease: lease, point: storage.RecoveryStarted, claimedPoint: storage.RecoveryStarted, lockedUntil: now.Add(lease)}
 		e.setFingerprint(c.Fingerprint)
 		if !found {
 			e.n = sh.add(h, k, spilled, slot{e: e, created: now})
@@ -304,7 +323,7 @@ func (s *Store) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Recor
 // cache returns the record of sl, a copy of the completed slot n read under the read lock:
 // it decodes the blob outside the lock, then keeps the first record decoded, so every
 // replay of the key gets the same one.
-func (sh *shard) cache(n uint32, sl slot) *core.Record {
+func (sh *shard) cache(n uint32, sl slot) *storage.Record {
 	rec := decode(&sl)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -318,7 +337,7 @@ func (sh *shard) cache(n uint32, sl slot) *core.Record {
 	return cur.rec
 }
 
-// DeleteExpired implements core.Store: it deletes at most limit keys created before
+// DeleteExpired implements storage.Store: it deletes at most limit keys created before
 // before, oldest first, skipping keys whose lease is live, and reports how many it
 // deleted. A limit of zero or less deletes nothing.
 func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) (int, error) {
@@ -458,14 +477,14 @@ func (e *entry) setFingerprint(fp []byte) {
 }
 
 // started returns a snapshot of a started entry. The caller holds the shard's lock.
-func (e *entry) started() *core.Record {
-	return &core.Record{
+func (e *entry) started() *storage.Record {
+	return &storage.Record{
 		Scope:         e.k.scope,
 		Key:           e.k.key,
 		Fingerprint:   e.fp,
 		Method:        e.method,
 		Path:          e.path,
-		State:         core.StateStarted,
+		State:         storage.StateStarted,
 		RecoveryPoint: e.point,
 		LockedUntil:   e.lockedUntil,
 		CreatedAt:     e.created,
@@ -486,7 +505,7 @@ func (e *entry) held() bool { return e.sh.at(e.n).e == e }
 
 // Phase checks the lease, runs fn with ctx, then records point and renews the lease if
 // the lock still holds the key. fn's side effects are not rolled back when the lease was
-// lost while it ran: Phase then returns an error wrapping core.ErrLeaseLost.
+// lost while it ran: Phase then returns an error wrapping storage.ErrLeaseLost.
 func (e *entry) Phase(ctx context.Context, point string, fn func(ctx context.Context) error) error {
 	if e.ended {
 		return errLockEnded
@@ -495,7 +514,7 @@ func (e *entry) Phase(ctx context.Context, point string, fn func(ctx context.Con
 	held := e.held()
 	e.sh.mu.RUnlock()
 	if !held {
-		return fmt.Errorf("memstore: phase %q not run: %w", point, core.ErrLeaseLost)
+		return fmt.Errorf("memstore: phase %q not run: %w", point, storage.ErrLeaseLost)
 	}
 	if fn != nil {
 		if err := fn(ctx); err != nil {
@@ -505,7 +524,7 @@ func (e *entry) Phase(ctx context.Context, point string, fn func(ctx context.Con
 	e.sh.mu.Lock()
 	defer e.sh.mu.Unlock()
 	if !e.held() {
-		return fmt.Errorf("memstore: phase %q ran but was not recorded: %w", point, core.ErrLeaseLost)
+		return fmt.Errorf("memstore: phase %q ran but was not recorded: %w", point, storage.ErrLeaseLost)
 	}
 	e.point = point
 	e.lockedUntil = e.now().Add(e.lease)
@@ -514,7 +533,7 @@ func (e *entry) Phase(ctx context.Context, point string, fn func(ctx context.Con
 
 // Complete records a copy of r as the key's response and ends the lock. The copy is the
 // key's encoded blob, built before taking the shard's lock; r is not kept.
-func (e *entry) Complete(ctx context.Context, r *core.Response) error {
+func (e *entry) Complete(ctx context.Context, r *storage.Response) error {
 	if e.ended {
 		return errLockEnded
 	}
@@ -525,7 +544,7 @@ func (e *entry) Complete(ctx context.Context, r *core.Response) error {
 	e.sh.mu.Lock()
 	defer e.sh.mu.Unlock()
 	if !e.held() {
-		return fmt.Errorf("memstore: complete: %w", core.ErrLeaseLost)
+		return fmt.Errorf("memstore: complete: %w", storage.ErrLeaseLost)
 	}
 	*e.sh.at(e.n) = slot{created: e.created, blob: blob}
 	if e.spilled {
@@ -545,9 +564,9 @@ func (e *entry) Release(ctx context.Context) error {
 	e.sh.mu.Lock()
 	defer e.sh.mu.Unlock()
 	if !e.held() {
-		return fmt.Errorf("memstore: release: %w", core.ErrLeaseLost)
+		return fmt.Errorf("memstore: release: %w", storage.ErrLeaseLost)
 	}
-	if e.point == core.RecoveryStarted {
+	if e.point == storage.RecoveryStarted {
 		e.sh.remove(e.h, e.k, e.n)
 	} else {
 		e.lockedUntil = e.now()
@@ -574,7 +593,7 @@ const (
 //
 // The key comes first, where slot.id reads it. Of done only the wall clock is kept; the
 // record gives it the location of the creation time.
-func encode(e *entry, r *core.Response, done time.Time) (string, id) {
+func encode(e *entry, r *storage.Response, done time.Time) (string, id) {
 	var flags byte
 	if e.fp == nil {
 		flags |= nilFingerprint
@@ -643,7 +662,7 @@ type headerField struct {
 // decode rebuilds the record of the completed slot sl. Its strings point into the blob;
 // the fingerprint and the body share one new byte slice, and the header's values one
 // []string, so decoding allocates five times at most.
-func decode(sl *slot) *core.Record {
+func decode(sl *slot) *storage.Record {
 	d := blobReader{s: sl.blob}
 	flags := d.s[0]
 	d.s = d.s[1:]
@@ -679,20 +698,20 @@ func decode(sl *slot) *core.Record {
 	copy(buf, fp)
 	copy(buf[len(fp):], body)
 	out := &struct {
-		rec  core.Record
-		resp core.Response
+		rec  storage.Record
+		resp storage.Response
 	}{}
-	out.resp = core.Response{Status: status, Header: header, Body: buf[len(fp):]}
+	out.resp = storage.Response{Status: status, Header: header, Body: buf[len(fp):]}
 	if flags&nilBody != 0 {
 		out.resp.Body = nil
 	}
-	out.rec = core.Record{
+	out.rec = storage.Record{
 		Scope:         scope,
 		Key:           key,
 		Fingerprint:   buf[:len(fp):len(fp)],
 		Method:        method,
 		Path:          path,
-		State:         core.StateCompleted,
+		State:         storage.StateCompleted,
 		RecoveryPoint: point,
 		Response:      &out.resp,
 		CreatedAt:     sl.created,

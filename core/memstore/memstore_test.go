@@ -13,12 +13,13 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/core/storetest"
 )
 
 func TestConformance(t *testing.T) {
 	forEachStore(t, func(t *testing.T, newStore newStoreFunc) {
-		storetest.Run(t, func(t *testing.T) core.Store { return newStore() })
+		storetest.Run(t, func(t *testing.T) storage.Store { return newStore() })
 	})
 }
 
@@ -59,15 +60,15 @@ func newClock() *clock {
 func (c *clock) now() time.Time      { return time.Unix(0, c.ns.Load()).UTC() }
 func (c *clock) add(d time.Duration) { c.ns.Add(int64(d)) }
 
-func claim(key, body string) core.Claim {
+func claim(key, body string) storage.Claim {
 	fp := sha256.Sum256([]byte(body))
-	return core.Claim{
+	return storage.Claim{
 		Scope: "acct", Key: key, Fingerprint: fp[:], Method: http.MethodPost, Path: "/orders",
-		Mode: core.ModePhased, Lease: time.Minute, Retention: 24 * time.Hour,
+		Mode: storage.ModePhased, Lease: time.Minute, Retention: 24 * time.Hour,
 	}
 }
 
-func mustLock(t *testing.T, s core.Store, c core.Claim) core.Lock {
+func mustLock(t *testing.T, s storage.Store, c storage.Claim) storage.Lock {
 	t.Helper()
 	l, rec, err := s.Claim(context.Background(), c)
 	if err != nil || l == nil {
@@ -76,7 +77,7 @@ func mustLock(t *testing.T, s core.Store, c core.Claim) core.Lock {
 	return l
 }
 
-func mustRecord(t testing.TB, s core.Store, c core.Claim) *core.Record {
+func mustRecord(t testing.TB, s storage.Store, c storage.Claim) *storage.Record {
 	t.Helper()
 	l, rec, err := s.Claim(context.Background(), c)
 	if err != nil || rec == nil {
@@ -106,10 +107,10 @@ func TestClockDrivesLeaseAndRetention(t *testing.T) {
 		if !l2.TakenOver() || l2.RecoveryPoint() != "charged" {
 			t.Fatalf("takeover: TakenOver=%v point=%q", l2.TakenOver(), l2.RecoveryPoint())
 		}
-		if err := l.Complete(ctx, &core.Response{Status: 201}); !errors.Is(err, core.ErrLeaseLost) {
+		if err := l.Complete(ctx, &storage.Response{Status: 201}); !errors.Is(err, core.ErrLeaseLost) {
 			t.Fatalf("stale Complete = %v, want ErrLeaseLost", err)
 		}
-		if err := l2.Complete(ctx, &core.Response{Status: 201}); err != nil {
+		if err := l2.Complete(ctx, &storage.Response{Status: 201}); err != nil {
 			t.Fatal(err)
 		}
 
@@ -121,7 +122,7 @@ func TestClockDrivesLeaseAndRetention(t *testing.T) {
 			t.Fatalf("replay status %d", rec.Response.Status)
 		}
 		clk.add(time.Nanosecond)
-		if l3 := mustLock(t, s, r); l3.TakenOver() || l3.RecoveryPoint() != core.RecoveryStarted {
+		if l3 := mustLock(t, s, r); l3.TakenOver() || l3.RecoveryPoint() != storage.RecoveryStarted {
 			t.Fatalf("claim past retention: TakenOver=%v point=%q", l3.TakenOver(), l3.RecoveryPoint())
 		}
 	})
@@ -132,7 +133,7 @@ func TestReplayReturnsStoredRecord(t *testing.T) {
 		s := newStore()
 		c := claim("k", "a")
 		l := mustLock(t, s, c)
-		if err := l.Complete(context.Background(), &core.Response{Status: 200, Body: []byte("ok")}); err != nil {
+		if err := l.Complete(context.Background(), &storage.Response{Status: 200, Body: []byte("ok")}); err != nil {
 			t.Fatal(err)
 		}
 		if a, b := mustRecord(t, s, c), mustRecord(t, s, c); a != b {
@@ -146,13 +147,13 @@ func TestLockEnded(t *testing.T) {
 		s := newStore()
 		ctx := context.Background()
 		l := mustLock(t, s, claim("k", "a"))
-		if err := l.Complete(ctx, &core.Response{Status: 200}); err != nil {
+		if err := l.Complete(ctx, &storage.Response{Status: 200}); err != nil {
 			t.Fatal(err)
 		}
 		if err := l.Release(ctx); err != nil {
 			t.Fatalf("Release after Complete = %v, want nil (no-op)", err)
 		}
-		if err := l.Complete(ctx, &core.Response{Status: 500}); err == nil {
+		if err := l.Complete(ctx, &storage.Response{Status: 500}); err == nil {
 			t.Fatal("second Complete succeeded")
 		}
 		called := false
@@ -198,7 +199,7 @@ func TestLeaseLostWhilePhaseRuns(t *testing.T) {
 		if !errors.Is(err, core.ErrLeaseLost) {
 			t.Fatalf("Phase = %v, want ErrLeaseLost", err)
 		}
-		if rec := mustRecord(t, s, c); rec.RecoveryPoint != core.RecoveryStarted {
+		if rec := mustRecord(t, s, c); rec.RecoveryPoint != storage.RecoveryStarted {
 			t.Fatalf("recovery point %q recorded by a lock that lost its lease", rec.RecoveryPoint)
 		}
 	})
@@ -211,9 +212,9 @@ func TestModes(t *testing.T) {
 			t.Fatal("SupportsAtomic() = true")
 		}
 		c := claim("k", "a")
-		c.Mode = core.ModeDefault
+		c.Mode = storage.ModePhased
 		mustLock(t, s, c)
-		c.Mode = core.Mode(42)
+		c.Mode = storage.Mode(42)
 		if _, _, err := s.Claim(context.Background(), c); !errors.Is(err, core.ErrUnsupportedMode) {
 			t.Fatalf("Claim(mode 42) = %v, want ErrUnsupportedMode", err)
 		}
@@ -244,7 +245,7 @@ func TestDeleteExpiredOldestFirst(t *testing.T) {
 		const n = 500
 		for i := range n {
 			l := mustLock(t, s, claim(fmt.Sprint("k", i), "a"))
-			if err := l.Complete(ctx, &core.Response{Status: 200}); err != nil {
+			if err := l.Complete(ctx, &storage.Response{Status: 200}); err != nil {
 				t.Fatal(err)
 			}
 			clk.add(time.Second)
@@ -300,11 +301,11 @@ func TestReplayAllocations(t *testing.T) {
 	s := memstore.New()
 	c := claim("k", "a")
 	l := mustLock(t, s, c)
-	resp := &core.Response{Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte("{}")}
+	resp := &storage.Response{Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte("{}")}
 	if err := l.Complete(context.Background(), resp); err != nil {
 		t.Fatal(err)
 	}
-	var store core.Store = s
+	var store storage.Store = s
 	ctx := context.Background()
 	first := mustRecord(t, s, c)
 	allocs := testing.AllocsPerRun(1000, func() {
@@ -325,10 +326,10 @@ func TestReplayAllocations(t *testing.T) {
 func TestClaimCompleteAllocations(t *testing.T) {
 	s := memstore.New()
 	ctx := context.Background()
-	resp := &core.Response{Status: 201, Header: http.Header{"Location": {"/orders/1"}, "Content-Type": {"application/json"}},
+	resp := &storage.Response{Status: 201, Header: http.Header{"Location": {"/orders/1"}, "Content-Type": {"application/json"}},
 		Body: []byte(`{"id":1}`)}
 	const runs = 2000
-	claims := make([]core.Claim, runs+1) // AllocsPerRun runs once more to warm up
+	claims := make([]storage.Claim, runs+1) // AllocsPerRun runs once more to warm up
 	for i := range claims {
 		claims[i] = claim(fmt.Sprint("key-", i), "a")
 	}
@@ -368,7 +369,7 @@ func TestManyKeysManyGoroutines(t *testing.T) {
 					}
 					if l != nil {
 						wins.Add(1)
-						if err := l.Complete(ctx, &core.Response{Status: 201}); err != nil {
+						if err := l.Complete(ctx, &storage.Response{Status: 201}); err != nil {
 							t.Error(err)
 							return
 						}
@@ -386,7 +387,7 @@ func TestManyKeysManyGoroutines(t *testing.T) {
 func BenchmarkClaimComplete(b *testing.B) {
 	s := memstore.New()
 	ctx := context.Background()
-	resp := &core.Response{Status: 201, Header: http.Header{"Location": {"/orders/1"}}, Body: []byte(`{"id":1}`)}
+	resp := &storage.Response{Status: 201, Header: http.Header{"Location": {"/orders/1"}}, Body: []byte(`{"id":1}`)}
 	keys := make([]string, b.N)
 	for i := range keys {
 		keys[i] = fmt.Sprint("key-", i)
@@ -412,14 +413,14 @@ func BenchmarkClaimComplete(b *testing.B) {
 func benchReplay(b *testing.B, n int, decoded bool) {
 	s := memstore.New()
 	ctx := context.Background()
-	claims := make([]core.Claim, n)
+	claims := make([]storage.Claim, n)
 	for i := range claims {
 		claims[i] = claim(fmt.Sprint("key-", i), "a")
 		l, _, err := s.Claim(ctx, claims[i])
 		if err != nil || l == nil {
 			b.Fatal("no lock")
 		}
-		if err := l.Complete(ctx, &core.Response{Status: 201, Body: []byte(`{"id":1}`)}); err != nil {
+		if err := l.Complete(ctx, &storage.Response{Status: 201, Body: []byte(`{"id":1}`)}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storage"
 )
 
 func post(t *testing.T, h http.Handler, key, body string) *httptest.ResponseRecorder {
@@ -25,7 +26,7 @@ func post(t *testing.T, h http.Handler, key, body string) *httptest.ResponseReco
 	return w
 }
 
-func middleware(t *testing.T, s core.Store, next http.HandlerFunc) http.Handler {
+func middleware(t *testing.T, s storage.Store, next http.HandlerFunc) http.Handler {
 	t.Helper()
 	eng, err := core.New(core.Config{Store: s, Scope: func(*http.Request) string { return "acct" }})
 	if err != nil {

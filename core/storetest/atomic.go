@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // atomicTests run in ModeAtomic only: a twin waits for the holder's transaction.
@@ -31,7 +31,7 @@ func testWaitRunsOut(s *suite) {
 		twin := s.claim("k", body)
 		twin.LockWait = shortWait
 		o := s.do(twin)
-		mustErrorIs(s.t, o.err, core.ErrInProgress, "a twin of an open transaction, once its lock wait runs out")
+		mustErrorIs(s.t, o.err, storage.ErrInProgress, "a twin of an open transaction, once its lock wait runs out")
 	}
 	s.complete(l, created("1"))
 	s.mustReplay(c, c, created("1"))
@@ -39,7 +39,7 @@ func testWaitRunsOut(s *suite) {
 
 // twin claims c in a goroutine; wait hands back what it got. If the subtest ends
 // without waiting (it failed), a Lock the twin got is released then.
-func (s *suite) twin(c core.Claim) (wait func() outcome) {
+func (s *suite) twin(c storage.Claim) (wait func() outcome) {
 	done := make(chan struct{})
 	var o outcome
 	var taken atomic.Bool
@@ -78,7 +78,7 @@ func testTwinSeesCompletion(s *suite) {
 			s.track(o.lock)
 			s.t.Fatal("a twin got a Lock on a key its holder completed")
 		}
-		s.checkRecord(o.rec, c, core.StateCompleted)
+		s.checkRecord(o.rec, c, storage.StateCompleted)
 		requireResponse(s.t, created("1"), o.rec.Response)
 	}
 }
@@ -98,7 +98,7 @@ func testTwinClaimsAfterRelease(s *suite) {
 	mustNotNil(s.t, o.lock, "a twin of a rolled back claim must get the key, got a Record in state %v", recState(o.rec))
 	tl := s.track(o.lock)
 	mustFalse(s.t, tl.TakenOver())
-	mustEqual(s.t, core.RecoveryStarted, tl.RecoveryPoint())
+	mustEqual(s.t, storage.RecoveryStarted, tl.RecoveryPoint())
 	s.complete(tl, created("2"))
 	s.mustReplay(c, c, created("2"))
 }

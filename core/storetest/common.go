@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // commonTests run in every mode the store supports.
@@ -51,10 +51,10 @@ func testCompleteThenReplay(s *suite) {
 	}
 	cases := []struct {
 		name string
-		resp *core.Response
+		resp *storage.Response
 	}{
 		{"json", created("42")},
-		{"binary", &core.Response{
+		{"binary", &storage.Response{
 			Status: http.StatusOK,
 			Header: http.Header{
 				"Content-Type": {"application/octet-stream"},
@@ -63,15 +63,15 @@ func testCompleteThenReplay(s *suite) {
 			},
 			Body: binary,
 		}},
-		{"empty-nil-header", &core.Response{Status: http.StatusNoContent}},
-		{"empty-body", &core.Response{Status: http.StatusAccepted, Header: http.Header{}, Body: []byte{}}},
-		{"client-error", &core.Response{
+		{"empty-nil-header", &storage.Response{Status: http.StatusNoContent}},
+		{"empty-body", &storage.Response{Status: http.StatusAccepted, Header: http.Header{}, Body: []byte{}}},
+		{"client-error", &storage.Response{
 			Status: http.StatusUnprocessableEntity,
 			Header: http.Header{"Content-Type": {"application/problem+json"}},
 			Body:   []byte(`{"type":"about:blank","title":"invalid amount","status":422}`),
 		}},
-		{"large", &core.Response{Status: http.StatusOK, Body: large}},
-		{"utf8", &core.Response{
+		{"large", &storage.Response{Status: http.StatusOK, Body: large}},
+		{"utf8", &storage.Response{
 			Status: http.StatusCreated,
 			Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
 			Body:   []byte("commande reçue ✓ 注文 🎉"),
@@ -152,8 +152,8 @@ func testPhaseError(s *suite) {
 	})
 	mustErrorIs(s.t, err, errBoom, "Phase must return the error of its function")
 	mustEqual(s.t, 1, calls, "Phase must run its function once")
-	if s.mode == core.ModePhased {
-		s.mustStarted(c, c, core.RecoveryStarted)
+	if s.mode == storage.ModePhased {
+		s.mustStarted(c, c, storage.RecoveryStarted)
 	}
 	mustNoError(s.t, l.Release(s.ctx), "Release")
 	s.mustFresh(s.claim("k", "b"))
@@ -175,7 +175,7 @@ func testPhaseSuccess(s *suite) {
 		mustNoError(s.t, err, "Phase %q", point)
 		mustEqual(s.t, 1, calls, "Phase must run its function once")
 		s.requireMarked(got, "the context Phase hands its function")
-		if s.mode == core.ModePhased {
+		if s.mode == storage.ModePhased {
 			s.mustStarted(c, c, point)
 		}
 	}
@@ -206,15 +206,15 @@ func testScopeIsolation(s *suite) {
 	a, b := s.claim("k", "same"), s.claim("k", "same")
 	a.Scope, b.Scope = "tenant-a", "tenant-b"
 	la := s.mustFresh(a)
-	if s.mode == core.ModeAtomic {
+	if s.mode == storage.ModeAtomic {
 		// One goroutine holding two write transactions would deadlock a single-writer
 		// database (SQLite) on itself; two scopes are still two keys if taken in turn.
 		s.complete(la, created("a"))
 	}
 	lb := s.mustFresh(b)
-	if s.mode == core.ModePhased {
+	if s.mode == storage.ModePhased {
 		s.complete(la, created("a"))
-		s.mustStarted(b, b, core.RecoveryStarted)
+		s.mustStarted(b, b, storage.RecoveryStarted)
 	}
 	s.complete(lb, created("b"))
 	s.mustReplay(a, a, created("a"))
@@ -233,7 +233,7 @@ const concurrentClaimers = 200
 // Once the winner completes, every claim replays.
 func testConcurrentClaims(s *suite) {
 	c := s.claim("k", "a")
-	if s.mode == core.ModeAtomic {
+	if s.mode == storage.ModeAtomic {
 		c.LockWait = 10 * defaultLockWait
 	}
 	resp := created("1")
@@ -248,7 +248,7 @@ func testConcurrentClaims(s *suite) {
 			results[i] = outcome{lock, rec, err}
 			// An atomic twin waits for the winner's transaction: the winner must finish
 			// while the others wait. A phased winner holds on until all have answered.
-			if lock != nil && s.mode == core.ModeAtomic {
+			if lock != nil && s.mode == storage.ModeAtomic {
 				completeErrs[i] = lock.Complete(s.ctx, cloneResponse(resp))
 			}
 		})
@@ -265,15 +265,15 @@ func testConcurrentClaims(s *suite) {
 		case o.lock != nil:
 			locks++
 			winner, winnerErr = s.track(o.lock), completeErrs[i]
-			if s.mode == core.ModeAtomic && winnerErr == nil {
+			if s.mode == storage.ModeAtomic && winnerErr == nil {
 				winner.ended.Store(true)
 			}
 		case o.rec != nil:
 			records++
 			s.checkRecord(o.rec, c, o.rec.State)
-		case errors.Is(o.err, core.ErrInProgress) && s.mode == core.ModeAtomic:
+		case errors.Is(o.err, storage.ErrInProgress) && s.mode == storage.ModeAtomic:
 			inProgress++
-		case errors.Is(o.err, core.ErrTransient):
+		case errors.Is(o.err, storage.ErrTransient):
 			transient++
 		default:
 			s.t.Fatalf("unexpected claim error: %v", o.err)
@@ -283,18 +283,18 @@ func testConcurrentClaims(s *suite) {
 		concurrentClaimers, records, inProgress, transient)
 	s.t.Logf("%d claimers: 1 lock, %d records, %d in progress, %d transient", concurrentClaimers, records, inProgress, transient)
 
-	if s.mode == core.ModeAtomic {
+	if s.mode == storage.ModeAtomic {
 		mustNoError(s.t, winnerErr, "winner's Complete")
 		for _, o := range results {
 			if o.rec != nil {
-				mustEqual(s.t, core.StateCompleted, o.rec.State, "an atomic twin sees only the committed record")
+				mustEqual(s.t, storage.StateCompleted, o.rec.State, "an atomic twin sees only the committed record")
 				requireResponse(s.t, resp, o.rec.Response)
 			}
 		}
 	} else {
 		for _, o := range results {
 			if o.rec != nil {
-				mustEqual(s.t, core.StateStarted, o.rec.State, "the winner holds the key")
+				mustEqual(s.t, storage.StateStarted, o.rec.State, "the winner holds the key")
 			}
 		}
 		s.complete(winner, resp)
@@ -316,7 +316,7 @@ func testConcurrentClaims(s *suite) {
 			s.track(o.lock)
 			s.t.Fatal("a claim after completion got a Lock")
 		}
-		s.checkRecord(o.rec, c, core.StateCompleted)
+		s.checkRecord(o.rec, c, storage.StateCompleted)
 		requireResponse(s.t, resp, o.rec.Response)
 	}
 }

@@ -1,4 +1,4 @@
-// Package storetest is the conformance suite every core.Store runs. It checks, through
+// Package storetest is the conformance suite every storage.Store runs. It checks, through
 // the Store and Lock interfaces only, every sentence of the contract in core/store.go:
 // claim and replay, fingerprint mismatch, keys in progress, release after a failure,
 // phases and recovery points, lease expiry and takeover, fencing of a stale lock,
@@ -6,14 +6,14 @@
 //
 // ModePhased is always exercised; ModeAtomic too when the store's SupportsAtomic reports
 // true (otherwise the suite checks that an atomic claim fails with
-// core.ErrUnsupportedMode).
+// storage.ErrUnsupportedMode).
 //
 // Call Run from the store's external test package, with a function that gives each
 // subtest a fresh, empty store of its own (its own table, schema or database), so the
 // subtests run in parallel without seeing each other's keys:
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) core.Store {
+//		storetest.Run(t, func(t *testing.T) storage.Store {
 //			return mystore.New(testdb.Postgres(t))
 //		})
 //	}
@@ -23,7 +23,7 @@
 // minute, so the store and the database must run on clocks that agree that closely.
 //
 // Where goroutines race for one key (200 claimers, several takeovers at once) a loser
-// may get an error wrapping core.ErrTransient instead of a Record: that is what a
+// may get an error wrapping storage.ErrTransient instead of a Record: that is what a
 // database at REPEATABLE READ reports for a serialization failure, and the engine
 // answers it with 503 + Retry-After. A second Lock is never allowed.
 package storetest

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // storeTests do not depend on the mode; they run once per store, with phased claims.
@@ -24,7 +24,7 @@ func testDeleteExpiredEmpty(s *suite) {
 // its limit per call, and never a key whose lease is live.
 func testDeleteExpired(s *suite) {
 	const completed = 5
-	var done []core.Claim
+	var done []storage.Claim
 	for i := range completed {
 		c := s.claim(fmt.Sprint("done-", i), "a")
 		s.complete(s.mustFresh(c), created(fmt.Sprint(i)))
@@ -56,7 +56,7 @@ func testDeleteExpired(s *suite) {
 	mustNoError(s.t, err)
 	mustEqual(s.t, 0, n, "only a live key is left")
 
-	s.mustStarted(live, live, core.RecoveryStarted)
+	s.mustStarted(live, live, storage.RecoveryStarted)
 	for _, c := range done {
 		other := c
 		other.Fingerprint = fingerprint("b")
@@ -64,11 +64,11 @@ func testDeleteExpired(s *suite) {
 	}
 	s.mustFresh(abandoned)
 	err = ab.Complete(s.ctx, created("ab"))
-	mustErrorIs(s.t, err, core.ErrLeaseLost, "Complete of a lock whose key was deleted and claimed afresh")
+	mustErrorIs(s.t, err, storage.ErrLeaseLost, "Complete of a lock whose key was deleted and claimed afresh")
 }
 
 // testUnsupportedMode: a store without a transaction to share refuses atomic claims.
 func testUnsupportedMode(s *suite) {
 	o := s.do(s.claim("k", "a"))
-	mustErrorIs(s.t, o.err, core.ErrUnsupportedMode, "an atomic claim on a store whose SupportsAtomic is false")
+	mustErrorIs(s.t, o.err, storage.ErrUnsupportedMode, "an atomic claim on a store whose SupportsAtomic is false")
 }

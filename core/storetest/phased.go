@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // phasedTests run in ModePhased only: they look at started keys, leases and takeovers.
@@ -28,8 +28,8 @@ var phasedTests = []test{
 func testInProgress(s *suite) {
 	c := s.claim("k", "a")
 	l := s.mustFresh(c)
-	s.mustStarted(c, c, core.RecoveryStarted)
-	rec := s.mustStarted(s.claim("k", "b"), c, core.RecoveryStarted)
+	s.mustStarted(c, c, storage.RecoveryStarted)
+	rec := s.mustStarted(s.claim("k", "b"), c, storage.RecoveryStarted)
 	mustFalse(s.t, bytes.Equal(fingerprint("b"), rec.Fingerprint), "the record keeps the fingerprint of its own request")
 	s.complete(l, created("1"))
 	s.mustReplay(c, c, created("1"))
@@ -45,7 +45,7 @@ func testReleaseAfterPhase(s *suite) {
 	mustNoError(s.t, l.Release(s.ctx), "Release")
 
 	rec := s.mustRecord(s.claim("k", "b"))
-	s.checkRecord(rec, c, core.StateStarted)
+	s.checkRecord(rec, c, storage.StateStarted)
 	mustEqual(s.t, "charged", rec.RecoveryPoint)
 	mustFalse(s.t, rec.LockedUntil.After(time.Now().Add(time.Second)),
 		"a released lease must have ended, LockedUntil is %v", rec.LockedUntil)
@@ -69,7 +69,7 @@ func testLeaseExpiryTakeover(s *suite) {
 	time.Sleep(pastLease)
 
 	rec := s.mustRecord(s.claim("k", "b"))
-	s.checkRecord(rec, c, core.StateStarted)
+	s.checkRecord(rec, c, storage.StateStarted)
 	mustEqual(s.t, "charged", rec.RecoveryPoint)
 	mustTrue(s.t, rec.LockedUntil.Before(time.Now()), "the lease has run out: LockedUntil %v", rec.LockedUntil)
 
@@ -119,10 +119,10 @@ func testTakeoverRace(s *suite) {
 			mustEqual(s.t, "charged", h.RecoveryPoint())
 			winner = h
 		case o.rec != nil:
-			s.checkRecord(o.rec, c, core.StateStarted)
+			s.checkRecord(o.rec, c, storage.StateStarted)
 			mustEqual(s.t, "charged", o.rec.RecoveryPoint)
 		default:
-			mustErrorIs(s.t, o.err, core.ErrTransient, "a losing claimer")
+			mustErrorIs(s.t, o.err, storage.ErrTransient, "a losing claimer")
 		}
 	}
 	mustNotNil(s.t, winner, "one of %d claimers must take the expired lease over", takeoverRacers)
@@ -146,15 +146,15 @@ func testFencing(s *suite) {
 	mustEqual(s.t, "p1", fresh.RecoveryPoint())
 
 	err := stale.Phase(s.ctx, "stale-phase", noop)
-	mustErrorIs(s.t, err, core.ErrLeaseLost, "Phase of a lock whose lease was taken over")
+	mustErrorIs(s.t, err, storage.ErrLeaseLost, "Phase of a lock whose lease was taken over")
 	s.mustStarted(retry, retry, "p1")
 
 	err = stale.Complete(s.ctx, created("stale"))
-	mustErrorIs(s.t, err, core.ErrLeaseLost, "Complete of a lock whose lease was taken over")
+	mustErrorIs(s.t, err, storage.ErrLeaseLost, "Complete of a lock whose lease was taken over")
 	s.mustStarted(retry, retry, "p1")
 
 	err = stale.Release(s.ctx)
-	mustErrorIs(s.t, err, core.ErrLeaseLost, "Release of a lock whose lease was taken over")
+	mustErrorIs(s.t, err, storage.ErrLeaseLost, "Release of a lock whose lease was taken over")
 	s.mustStarted(retry, retry, "p1")
 
 	mustNoError(s.t, fresh.Phase(s.ctx, "p2", noop))
@@ -184,10 +184,10 @@ func testRetentionKeepsLiveLease(s *suite) {
 	time.Sleep(pastLease)
 	same := c
 	same.Retention = shortLease
-	s.mustStarted(same, c, core.RecoveryStarted)
+	s.mustStarted(same, c, storage.RecoveryStarted)
 	other := s.claim("k", "b")
 	other.Retention = shortLease
-	s.mustStarted(other, c, core.RecoveryStarted)
+	s.mustStarted(other, c, storage.RecoveryStarted)
 	s.complete(l, created("1"))
 }
 
@@ -204,9 +204,9 @@ func testRetentionOnExpiredLease(s *suite) {
 	again.Retention = shortLease / 2
 	l := s.mustFresh(again)
 	err := old.Complete(s.ctx, created("old"))
-	mustErrorIs(s.t, err, core.ErrLeaseLost, "Complete of a lock whose key was claimed afresh")
-	s.complete(l, &core.Response{Status: http.StatusOK})
-	s.mustReplay(c, c, &core.Response{Status: http.StatusOK})
+	mustErrorIs(s.t, err, storage.ErrLeaseLost, "Complete of a lock whose key was claimed afresh")
+	s.complete(l, &storage.Response{Status: http.StatusOK})
+	s.mustReplay(c, c, &storage.Response{Status: http.StatusOK})
 }
 
 func noop(context.Context) error { return nil }

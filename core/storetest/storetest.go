@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // Defaults of the claims the suite builds; subtests shorten them where a lease or a wait
@@ -36,19 +36,19 @@ const (
 // Subtests are grouped by mode ("phased", and "atomic" when the store supports it) plus
 // "store" for the mode-independent ones, so a failing case can be rerun alone with
 // -run 'TestX/phased/Fencing'.
-func Run(t *testing.T, newStore func(t *testing.T) core.Store) {
+func Run(t *testing.T, newStore func(t *testing.T) storage.Store) {
 	t.Helper()
 	atomicOK := newStore(t).SupportsAtomic()
 
 	groups := []struct {
-		mode  core.Mode
+		mode  storage.Mode
 		tests []test
-	}{{core.ModePhased, append(append([]test(nil), commonTests...), phasedTests...)}}
+	}{{storage.ModePhased, append(append([]test(nil), commonTests...), phasedTests...)}}
 	if atomicOK {
 		groups = append(groups, struct {
-			mode  core.Mode
+			mode  storage.Mode
 			tests []test
-		}{core.ModeAtomic, append(append([]test(nil), commonTests...), atomicTests...)})
+		}{storage.ModeAtomic, append(append([]test(nil), commonTests...), atomicTests...)})
 	}
 	for _, g := range groups {
 		t.Run(g.mode.String(), func(t *testing.T) {
@@ -66,13 +66,13 @@ func Run(t *testing.T, newStore func(t *testing.T) core.Store) {
 		for _, tc := range storeTests {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
-				tc.run(newSuite(t, newStore(t), core.ModePhased))
+				tc.run(newSuite(t, newStore(t), storage.ModePhased))
 			})
 		}
 		if !atomicOK {
 			t.Run("UnsupportedMode", func(t *testing.T) {
 				t.Parallel()
-				testUnsupportedMode(newSuite(t, newStore(t), core.ModeAtomic))
+				testUnsupportedMode(newSuite(t, newStore(t), storage.ModeAtomic))
 			})
 		}
 	})
@@ -87,12 +87,12 @@ type test struct {
 // suite is what a case works with: its own test, store and mode.
 type suite struct {
 	t     *testing.T
-	store core.Store
-	mode  core.Mode
+	store storage.Store
+	mode  storage.Mode
 	ctx   context.Context
 }
 
-func newSuite(t *testing.T, store core.Store, mode core.Mode) *suite {
+func newSuite(t *testing.T, store storage.Store, mode storage.Mode) *suite {
 	mustNotNil(t, store, "newStore returned nil")
 	return &suite{t: t, store: store, mode: mode, ctx: t.Context()}
 }
@@ -102,8 +102,8 @@ const scope = "storetest"
 
 // claim builds a claim in the suite's mode for a key unique to the subtest, with the
 // fingerprint of body and sensible defaults.
-func (s *suite) claim(key, body string) core.Claim {
-	return core.Claim{
+func (s *suite) claim(key, body string) storage.Claim {
+	return storage.Claim{
 		Scope:       scope,
 		Key:         keyFor(s.t, key),
 		Fingerprint: fingerprint(body),
@@ -135,14 +135,14 @@ func fingerprint(body string) []byte {
 
 // outcome is what one Claim returned, for goroutines that may not fail the test themselves.
 type outcome struct {
-	lock core.Lock
-	rec  *core.Record
+	lock storage.Lock
+	rec  *storage.Record
 	err  error
 }
 
 // do claims and checks the result's shape: on success exactly one of lock and record, on
 // error neither.
-func (s *suite) do(c core.Claim) outcome {
+func (s *suite) do(c storage.Claim) outcome {
 	s.t.Helper()
 	lock, rec, err := s.store.Claim(s.ctx, c)
 	o := outcome{lock, rec, err}
@@ -163,7 +163,7 @@ func (s *suite) checkShape(o outcome) {
 
 // mustLock claims c and requires a Lock. The lock is released when the subtest ends
 // unless the subtest completed or released it.
-func (s *suite) mustLock(c core.Claim) *held {
+func (s *suite) mustLock(c storage.Claim) *held {
 	s.t.Helper()
 	o := s.do(c)
 	mustNoError(s.t, o.err, "Claim")
@@ -173,16 +173,16 @@ func (s *suite) mustLock(c core.Claim) *held {
 
 // mustFresh claims c and requires a Lock on a fresh key: not taken over, recovery point
 // RecoveryStarted.
-func (s *suite) mustFresh(c core.Claim) *held {
+func (s *suite) mustFresh(c storage.Claim) *held {
 	s.t.Helper()
 	l := s.mustLock(c)
 	mustFalse(s.t, l.TakenOver(), "a fresh claim must not report TakenOver")
-	mustEqual(s.t, core.RecoveryStarted, l.RecoveryPoint(), "recovery point of a fresh claim")
+	mustEqual(s.t, storage.RecoveryStarted, l.RecoveryPoint(), "recovery point of a fresh claim")
 	return l
 }
 
 // mustRecord claims c and requires a Record.
-func (s *suite) mustRecord(c core.Claim) *core.Record {
+func (s *suite) mustRecord(c storage.Claim) *storage.Record {
 	s.t.Helper()
 	o := s.do(c)
 	mustNoError(s.t, o.err, "Claim")
@@ -195,10 +195,10 @@ func (s *suite) mustRecord(c core.Claim) *core.Record {
 }
 
 // mustStarted claims c and requires the record of a started key whose lease is live.
-func (s *suite) mustStarted(c core.Claim, want core.Claim, point string) *core.Record {
+func (s *suite) mustStarted(c storage.Claim, want storage.Claim, point string) *storage.Record {
 	s.t.Helper()
 	rec := s.mustRecord(c)
-	s.checkRecord(rec, want, core.StateStarted)
+	s.checkRecord(rec, want, storage.StateStarted)
 	mustEqual(s.t, point, rec.RecoveryPoint, "recovery point")
 	mustTrue(s.t, rec.LockedUntil.After(time.Now()),
 		"LockedUntil %v of a live lease must be in the future", rec.LockedUntil)
@@ -209,17 +209,17 @@ func (s *suite) mustStarted(c core.Claim, want core.Claim, point string) *core.R
 }
 
 // mustReplay claims c and requires the completed record of want holding resp.
-func (s *suite) mustReplay(c core.Claim, want core.Claim, resp *core.Response) *core.Record {
+func (s *suite) mustReplay(c storage.Claim, want storage.Claim, resp *storage.Response) *storage.Record {
 	s.t.Helper()
 	rec := s.mustRecord(c)
-	s.checkRecord(rec, want, core.StateCompleted)
+	s.checkRecord(rec, want, storage.StateCompleted)
 	mustFalse(s.t, rec.CompletedAt.IsZero(), "CompletedAt of a completed record")
 	requireResponse(s.t, resp, rec.Response)
 	return rec
 }
 
 // checkRecord checks the fields a record carries from the claim that created it.
-func (s *suite) checkRecord(rec *core.Record, want core.Claim, state core.State) {
+func (s *suite) checkRecord(rec *storage.Record, want storage.Claim, state storage.State) {
 	s.t.Helper()
 	mustNotNil(s.t, rec)
 	mustEqual(s.t, state, rec.State, "state")
@@ -234,7 +234,7 @@ func (s *suite) checkRecord(rec *core.Record, want core.Claim, state core.State)
 
 // requireResponse compares a stored response with the one completed: status, headers
 // (an empty header equals a nil one) and the body byte for byte.
-func requireResponse(t *testing.T, want, got *core.Response) {
+func requireResponse(t *testing.T, want, got *storage.Response) {
 	t.Helper()
 	mustNotNil(t, got, "a completed record carries its response")
 	mustEqual(t, want.Status, got.Status, "status")
@@ -250,7 +250,7 @@ func trim(b []byte) []byte {
 	return b
 }
 
-func recState(rec *core.Record) any {
+func recState(rec *storage.Record) any {
 	if rec == nil {
 		return nil
 	}
@@ -261,11 +261,11 @@ func recState(rec *core.Record) any {
 // or release it (an atomic lock holds a transaction that would block dropping the
 // subtest's table).
 type held struct {
-	core.Lock
+	storage.Lock
 	ended atomic.Bool
 }
 
-func (s *suite) track(l core.Lock) *held {
+func (s *suite) track(l storage.Lock) *held {
 	h := &held{Lock: l}
 	s.t.Cleanup(func() {
 		if !h.ended.Load() {
@@ -276,7 +276,7 @@ func (s *suite) track(l core.Lock) *held {
 }
 
 // Complete calls the lock's Complete and remembers success.
-func (h *held) Complete(ctx context.Context, r *core.Response) error {
+func (h *held) Complete(ctx context.Context, r *storage.Response) error {
 	err := h.Lock.Complete(ctx, r)
 	if err == nil {
 		h.ended.Store(true)
@@ -294,18 +294,18 @@ func (h *held) Release(ctx context.Context) error {
 }
 
 // complete completes l with a copy of r and requires success.
-func (s *suite) complete(l *held, r *core.Response) {
+func (s *suite) complete(l *held, r *storage.Response) {
 	s.t.Helper()
 	mustNoError(s.t, l.Complete(s.ctx, cloneResponse(r)), "Complete")
 }
 
-func cloneResponse(r *core.Response) *core.Response {
-	return &core.Response{Status: r.Status, Header: r.Header.Clone(), Body: bytes.Clone(r.Body)}
+func cloneResponse(r *storage.Response) *storage.Response {
+	return &storage.Response{Status: r.Status, Header: r.Header.Clone(), Body: bytes.Clone(r.Body)}
 }
 
 // created is a response as a handler creating an order answers.
-func created(id string) *core.Response {
-	return &core.Response{
+func created(id string) *storage.Response {
+	return &storage.Response{
 		Status: http.StatusCreated,
 		Header: http.Header{
 			"Content-Type": {"application/json"},

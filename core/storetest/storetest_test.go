@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/core/storetest"
 )
 
@@ -20,7 +21,7 @@ import (
 // small in-memory model of a store with transactions, so the atomic cases are proven to
 // pass against correct behaviour before a database store meets them.
 func TestReferenceAtomic(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) core.Store { return newRefStore() })
+	storetest.Run(t, func(t *testing.T) storage.Store { return newRefStore() })
 }
 
 // refStore adds atomic mode to memstore: an atomic claim holds a per-key slot, standing for
@@ -38,8 +39,8 @@ func newRefStore() *refStore {
 
 func (s *refStore) SupportsAtomic() bool { return true }
 
-func (s *refStore) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Record, error) {
-	if c.Mode != core.ModeAtomic {
+func (s *refStore) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
+	if c.Mode != storage.ModeAtomic {
 		return s.Store.Claim(ctx, c)
 	}
 	k := [2]string{c.Scope, c.Key}
@@ -66,7 +67,7 @@ func (s *refStore) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Re
 			return nil, nil, ctx.Err()
 		}
 	}
-	c.Mode = core.ModePhased
+	c.Mode = storage.ModePhased
 	lock, rec, err := s.Store.Claim(ctx, c)
 	if lock == nil {
 		s.free(k)
@@ -83,7 +84,7 @@ func (s *refStore) free(k [2]string) {
 }
 
 type refLock struct {
-	core.Lock
+	storage.Lock
 	s     *refStore
 	k     [2]string
 	ended bool
@@ -94,7 +95,7 @@ func (l *refLock) Phase(ctx context.Context, _ string, fn func(context.Context) 
 	return fn(ctx)
 }
 
-func (l *refLock) Complete(ctx context.Context, r *core.Response) error {
+func (l *refLock) Complete(ctx context.Context, r *storage.Response) error {
 	if l.ended {
 		return errors.New("ref: lock ended")
 	}
@@ -162,7 +163,7 @@ func TestBrokenStoreChild(t *testing.T) {
 	if flaw == "" {
 		return
 	}
-	storetest.Run(t, func(t *testing.T) core.Store { return &brokenStore{Store: memstore.New(), flaw: flaw} })
+	storetest.Run(t, func(t *testing.T) storage.Store { return &brokenStore{Store: memstore.New(), flaw: flaw} })
 }
 
 // brokenStore is memstore with one flaw.
@@ -170,17 +171,17 @@ type brokenStore struct {
 	*memstore.Store
 	flaw string
 	mu   sync.Mutex
-	kept map[[2]string]*core.Response
+	kept map[[2]string]*storage.Response
 }
 
-func (s *brokenStore) Claim(ctx context.Context, c core.Claim) (core.Lock, *core.Record, error) {
+func (s *brokenStore) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
 	if s.flaw == "no-retention" {
 		c.Retention = 0
 	}
 	lock, rec, err := s.Store.Claim(ctx, c)
 	k := [2]string{c.Scope, c.Key}
 	switch {
-	case s.flaw == "second-winner" && rec != nil && rec.State == core.StateStarted:
+	case s.flaw == "second-winner" && rec != nil && rec.State == storage.StateStarted:
 		return fakeLock{}, nil, nil
 	case s.flaw == "keeps-response" && rec != nil && rec.Response != nil:
 		s.mu.Lock()
@@ -202,36 +203,36 @@ func (s *brokenStore) Claim(ctx context.Context, c core.Claim) (core.Lock, *core
 type fakeLock struct{}
 
 func (fakeLock) Context(ctx context.Context) context.Context { return ctx }
-func (fakeLock) RecoveryPoint() string                       { return core.RecoveryStarted }
+func (fakeLock) RecoveryPoint() string                       { return storage.RecoveryStarted }
 func (fakeLock) TakenOver() bool                             { return false }
 func (fakeLock) Phase(ctx context.Context, _ string, fn func(context.Context) error) error {
 	return fn(ctx)
 }
-func (fakeLock) Complete(context.Context, *core.Response) error { return nil }
-func (fakeLock) Release(context.Context) error                  { return nil }
+func (fakeLock) Complete(context.Context, *storage.Response) error { return nil }
+func (fakeLock) Release(context.Context) error                     { return nil }
 
 // keepingLock stores the caller's response itself instead of a copy.
 type keepingLock struct {
-	core.Lock
+	storage.Lock
 	s *brokenStore
 	k [2]string
 }
 
-func (l *keepingLock) Complete(ctx context.Context, r *core.Response) error {
+func (l *keepingLock) Complete(ctx context.Context, r *storage.Response) error {
 	if err := l.Lock.Complete(ctx, r); err != nil {
 		return err
 	}
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
 	if l.s.kept == nil {
-		l.s.kept = make(map[[2]string]*core.Response)
+		l.s.kept = make(map[[2]string]*storage.Response)
 	}
 	l.s.kept[l.k] = r
 	return nil
 }
 
 // unfencedLock reports success when its lease was lost.
-type unfencedLock struct{ core.Lock }
+type unfencedLock struct{ storage.Lock }
 
 func (l unfencedLock) Phase(ctx context.Context, p string, fn func(context.Context) error) error {
 	if err := l.Lock.Phase(ctx, p, fn); !errors.Is(err, core.ErrLeaseLost) {
@@ -240,7 +241,7 @@ func (l unfencedLock) Phase(ctx context.Context, p string, fn func(context.Conte
 	return nil
 }
 
-func (l unfencedLock) Complete(ctx context.Context, r *core.Response) error {
+func (l unfencedLock) Complete(ctx context.Context, r *storage.Response) error {
 	if err := l.Lock.Complete(ctx, r); !errors.Is(err, core.ErrLeaseLost) {
 		return err
 	}

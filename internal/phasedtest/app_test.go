@@ -19,6 +19,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/echoidem"
 	"github.com/idemkit/idem/ginidem"
 )
@@ -72,7 +73,7 @@ func newID(prefix string) string {
 // The points of a request at which a test hooks in to fail, panic, block or crash.
 const (
 	// atStarted: the claim (or takeover) committed; no phase has run in this attempt.
-	atStarted = core.RecoveryStarted
+	atStarted = storage.RecoveryStarted
 	// atProviderCalled: inside charge_created, the provider charged; the phase has not
 	// committed.
 	atProviderCalled = "provider_called"
@@ -299,7 +300,7 @@ var frameworks = []framework{netHTTP, ginFW, echoFW}
 // configs are the two routes' engine configurations: payments opt in to phased mode;
 // orders keep the default, which is atomic on a store with a transaction to share.
 func (a *app) configs() (phased, atomic core.Config) {
-	phased = core.Config{Store: a.be.store, Mode: core.ModePhased, Lease: a.lease, LeaseWait: a.leaseWait, Retention: time.Hour,
+	phased = core.Config{Store: a.be.store, Mode: core.ModePhased, Lease: a.lease, LeaseWait: a.leaseWait,
 		Hooks: a.hooks}
 	atomic = core.Config{Store: a.be.store}
 	return phased, atomic
@@ -411,7 +412,7 @@ func checkDone(tl tally, first *reply) error {
 	if tl.Charges != 1 || tl.Recorded != 1 || tl.Payments != 1 || tl.Outbox != 1 {
 		errs = append(errs, fmt.Errorf("want exactly one charge, recorded charge, payment and receipt: %v", tl))
 	}
-	if tl.State != string(core.StateCompleted) || tl.Point != atFinished || tl.Leased {
+	if tl.State != string(storage.StateCompleted) || tl.Point != atFinished || tl.Leased {
 		errs = append(errs, fmt.Errorf("key row %q at %q (leased %v), want completed at finished, no lease", tl.State, tl.Point, tl.Leased))
 	}
 	if first != nil {

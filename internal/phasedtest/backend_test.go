@@ -18,7 +18,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/pgxstore"
@@ -149,7 +149,7 @@ type pools struct {
 // backend is a store with the application's tables beside it.
 type backend struct {
 	spec  spec
-	store core.Store
+	store storage.Store
 	// tx returns the store's transaction that ctx carries: the phase's inside a phase,
 	// the request's otherwise (atomic: the claim's; phased: the final one).
 	tx func(ctx context.Context) (conn, error)
@@ -176,7 +176,7 @@ func connect(s spec, p pools) (*backend, error) {
 	b := &backend{spec: s, provider: &provider{pool: p.aux, table: s.Schema + ".provider_charges"}, close: func() {}}
 	switch s.Kind {
 	case kindPgx:
-		b.store = pgxstore.New(p.store, pgxstore.WithTable(s.Schema, keyTable))
+		b.store = pgxstore.New(p.store, pgxstore.WithTable(s.Schema+"."+keyTable))
 		b.tx = func(ctx context.Context) (conn, error) {
 			tx, err := pgxstore.TxSafely(ctx)
 			return pgxConn{tx}, err

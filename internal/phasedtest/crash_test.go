@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // boundaries are the points a crash child exits at: right after the claim committed,
@@ -153,7 +153,7 @@ func crashTrial(t *testing.T, be *backend, tr *trial) {
 		fail("count after the crash: %w", err)
 		return
 	}
-	want := tally{State: string(core.StateStarted), Point: core.RecoveryStarted, Leased: true, Charges: 1}
+	want := tally{State: string(storage.StateStarted), Point: storage.RecoveryStarted, Leased: true, Charges: 1}
 	wantCalls := 1
 	switch tr.boundary {
 	case atStarted:
@@ -165,7 +165,7 @@ func crashTrial(t *testing.T, be *backend, tr *trial) {
 	case atFinished:
 		want.Point, want.Recorded, want.Payments, want.Outbox = atFinished, 1, 1, 1
 	case atRecorded:
-		want = tally{State: string(core.StateCompleted), Point: atFinished, Charges: 1, Recorded: 1, Payments: 1, Outbox: 1}
+		want = tally{State: string(storage.StateCompleted), Point: atFinished, Charges: 1, Recorded: 1, Payments: 1, Outbox: 1}
 	}
 	if left.State != want.State || left.Point != want.Point || left.Leased != want.Leased ||
 		left.Charges != want.Charges || left.Recorded != want.Recorded || left.Payments != want.Payments || left.Outbox != want.Outbox {
@@ -246,6 +246,6 @@ func crashTrial(t *testing.T, be *backend, tr *trial) {
 	if tr.tl.Calls != wantCalls {
 		fail("provider calls %d, want %d", tr.tl.Calls, wantCalls)
 	}
-	tr.done = tr.tl.State == string(core.StateCompleted) && tr.tl.Payments > 0 && tr.tl.Charges > 0 &&
+	tr.done = tr.tl.State == string(storage.StateCompleted) && tr.tl.Payments > 0 && tr.tl.Charges > 0 &&
 		first.Status == http.StatusCreated && strings.Contains(string(first.Body), tr.tl.ChargeID)
 }

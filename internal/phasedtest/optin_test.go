@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // TestRouteOptIn: on net/http, Gin and Echo a route opts in to phased mode by mounting a
@@ -54,7 +55,7 @@ func TestRouteOptIn(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if tl.State != string(core.StateStarted) || tl.Point != core.RecoveryStarted || !tl.Leased {
+					if tl.State != string(storage.StateStarted) || tl.Point != storage.RecoveryStarted || !tl.Leased {
 						t.Errorf("while the phased handler runs, another connection sees key %q at %q (leased %v); want started, leased",
 							tl.State, tl.Point, tl.Leased)
 					}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // failure is a failure injected once into one operation's first attempt.
@@ -80,9 +81,9 @@ func TestResumeFromEachRecoveryPoint(t *testing.T) {
 							c.wantAfterFailed = tally{Charges: 1}
 							c.wantCalls = 2 // the retry calls again, with the same derived key
 						case atChargeCreated:
-							c.wantAfterFailed = tally{Charges: 1, Recorded: 1, State: string(core.StateStarted), Point: atChargeCreated}
+							c.wantAfterFailed = tally{Charges: 1, Recorded: 1, State: string(storage.StateStarted), Point: atChargeCreated}
 						case atFinished:
-							c.wantAfterFailed = tally{Charges: 1, Recorded: 1, Payments: 1, Outbox: 1, State: string(core.StateStarted), Point: atFinished}
+							c.wantAfterFailed = tally{Charges: 1, Recorded: 1, Payments: 1, Outbox: 1, State: string(storage.StateStarted), Point: atFinished}
 						}
 						cases = append(cases, c)
 						failures[c.key] = c.f

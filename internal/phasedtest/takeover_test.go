@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // TestTakeoverRace: worker A commits charge_created and stalls until its lease (2s) has
@@ -99,7 +100,7 @@ func TestTakeoverRace(t *testing.T) {
 				t.Errorf("worker A: %v", err)
 			}
 			tl := be.mustCount(t, account, key)
-			if tl.Payments != 0 || tl.Outbox != 0 || tl.Recorded != 1 || tl.Charges != 1 || tl.State != string(core.StateStarted) ||
+			if tl.Payments != 0 || tl.Outbox != 0 || tl.Recorded != 1 || tl.Charges != 1 || tl.State != string(storage.StateStarted) ||
 				tl.Point != atChargeCreated || !tl.Leased {
 				t.Fatalf("after the stale worker's phase: %v; want its payment rolled back, the key at charge_created, leased to the winner", tl)
 			}

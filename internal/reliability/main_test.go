@@ -101,7 +101,7 @@ func newDB(t *testing.T) *db {
 	connURL, schema := testdb.PostgresSchema(t)
 	d := &db{t: t, schema: schema, connURL: connURL}
 	d.check = openPool(t, connURL, poolConfig{size: 3})
-	if err := pgxstore.New(d.check, pgxstore.WithTable(schema, pgxstore.DefaultTable)).Migrate(context.Background()); err != nil {
+	if err := pgxstore.New(d.check, pgxstore.WithTable(schema+"."+pgxstore.DefaultTable)).Migrate(context.Background()); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	d.exec(`CREATE TABLE orders (
@@ -286,7 +286,7 @@ func newInstance(t *testing.T, d *db, ic instanceConfig) *instance {
 		pc.port = p.Port()
 	}
 	in.pool = openPool(t, d.connURL, pc)
-	in.store = pgxstore.New(in.pool, pgxstore.WithTable(d.schema, pgxstore.DefaultTable), pgxstore.WithIsolation(ic.iso))
+	in.store = pgxstore.New(in.pool, pgxstore.WithTable(d.schema+"."+pgxstore.DefaultTable), pgxstore.WithIsolation(ic.iso))
 	cfg := ic.cfg
 	cfg.Store = in.store
 	cfg.Scope = func(r *http.Request) string { return r.Header.Get("X-Account") }

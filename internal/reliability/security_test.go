@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // TestScopeIsolation: one key in two scopes names two operations. A scope never gets
@@ -104,7 +105,7 @@ func TestCredentialHeadersNeverStored(t *testing.T) {
 	if !ok || row.state != "completed" {
 		t.Fatalf("key row: %+v, %v", row, ok)
 	}
-	stored, err := core.DecodeHeader(row.headers)
+	stored, err := storage.DecodeHeader(row.headers)
 	if err != nil {
 		t.Fatalf("stored headers %q: %v", row.headers, err)
 	}

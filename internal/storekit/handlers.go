@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // Shop is an app, built by an adapter's test, whose POST /orders inserts an order through
@@ -97,7 +97,7 @@ func testInsertCommitsWithKey(t *testing.T, newShop NewShop) {
 			if first.status != http.StatusCreated || first.replayed() {
 				t.Fatalf("first: %d replayed=%t %s", first.status, first.replayed(), first.body)
 			}
-			s.check(t, "k1", 1, map[string]string{"k1": string(core.StateCompleted)})
+			s.check(t, "k1", 1, map[string]string{"k1": string(storage.StateCompleted)})
 
 			again := s.post(t, "k1")
 			if again.status != http.StatusCreated || !again.replayed() || again.body != first.body {
@@ -106,7 +106,7 @@ func testInsertCommitsWithKey(t *testing.T, newShop NewShop) {
 			if r := s.Runs.Load(); r != 1 {
 				t.Errorf("handler ran %d times, want 1", r)
 			}
-			s.check(t, "k1", 1, map[string]string{"k1": string(core.StateCompleted)})
+			s.check(t, "k1", 1, map[string]string{"k1": string(storage.StateCompleted)})
 		})
 	}
 }
@@ -135,7 +135,7 @@ func testHandler500RollsBackInsert(t *testing.T, newShop NewShop) {
 			if r := s.Runs.Load(); r != 2 {
 				t.Errorf("handler ran %d times, want 2", r)
 			}
-			s.check(t, "k1", 1, map[string]string{"k1": string(core.StateCompleted)})
+			s.check(t, "k1", 1, map[string]string{"k1": string(storage.StateCompleted)})
 		})
 	}
 }
@@ -160,7 +160,7 @@ func testPanicRollsBackInsert(t *testing.T, newShop NewShop) {
 			if retry.status != http.StatusCreated || retry.replayed() {
 				t.Fatalf("retry: %d replayed=%t %s", retry.status, retry.replayed(), retry.body)
 			}
-			s.check(t, "k1", 1, map[string]string{"k1": string(core.StateCompleted)})
+			s.check(t, "k1", 1, map[string]string{"k1": string(storage.StateCompleted)})
 		})
 	}
 }
@@ -212,7 +212,7 @@ func testParallelDuplicatesInsertOnce(t *testing.T, newShop NewShop) {
 			if r := s.Runs.Load(); r != 1 {
 				t.Errorf("handler ran %d times, want 1", r)
 			}
-			s.check(t, "dup", 1, map[string]string{"dup": string(core.StateCompleted)})
+			s.check(t, "dup", 1, map[string]string{"dup": string(storage.StateCompleted)})
 			t.Logf("1 original, %d replays, %d conflicts", replays, conflicts)
 		})
 	}

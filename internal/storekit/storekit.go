@@ -15,7 +15,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/pgxstore"
@@ -23,7 +23,7 @@ import (
 
 // Backend is a migrated store with an orders table next to its key table.
 type Backend struct {
-	Store core.Store
+	Store storage.Store
 	// Insert writes one order for key through the transaction ctx carries, as a handler
 	// does, and returns its id.
 	Insert func(ctx context.Context, key string) (int64, error)

@@ -11,7 +11,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
 	"github.com/idemkit/idem/pgxstore"
 )
@@ -29,7 +29,7 @@ const sqliteParams = "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pra
 type backend struct {
 	name     string // "sqlite (gorm)", "postgres (pgx)", "postgres (gorm)"
 	postgres bool   // SQL dialect: PostgreSQL, or else SQLite
-	store    core.Store
+	store    storage.Store
 	migrate  func(ctx context.Context) error // the key table
 	db       querier                         // the plain pool: reads
 	begin    func(ctx context.Context) (txQuerier, error)

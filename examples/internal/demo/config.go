@@ -10,14 +10,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/pgxstore"
 )
 
 // Phases of a payment, in order; the names are its recovery points and the values
 // -crash-after accepts.
 const (
-	PhaseStarted       = core.RecoveryStarted // the key is claimed
-	PhaseChargeCreated = "charge_created"     // the provider's charge is recorded locally
+	PhaseStarted       = storage.RecoveryStarted // the key is claimed
+	PhaseChargeCreated = "charge_created"        // the provider's charge is recorded locally
 )
 
 // Store names, for -store and IDEM_STORE.
@@ -137,8 +138,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("-store: %q is neither pgx nor gorm", c.Store)
 	case c.Lease <= 0:
 		return fmt.Errorf("-lease: %s is not positive", c.Lease)
-	case c.Lease > core.DefaultRetention:
-		return fmt.Errorf("-lease: %s is longer than the keys' retention (%s)", c.Lease, core.DefaultRetention)
+	case c.Lease > pgxstore.DefaultRetention:
+		return fmt.Errorf("-lease: %s is longer than the keys' retention (%s)", c.Lease, pgxstore.DefaultRetention)
 	case c.CrashAfter != "" && c.CrashAfter != PhaseStarted && c.CrashAfter != PhaseChargeCreated:
 		return fmt.Errorf("-crash-after: %q is not a payment phase (%s or %s)", c.CrashAfter, PhaseStarted, PhaseChargeCreated)
 	}

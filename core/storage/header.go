@@ -1,4 +1,4 @@
-package core
+package storage
 
 import (
 	"bytes"
@@ -7,10 +7,10 @@ import (
 	"strings"
 )
 
-// EncodeHeader serialises stored response headers for a store's column, as lines of
-// "Name: value\n" in the order of the allow-list the engine applied. Values holding CR or
-// LF cannot be sent on the wire and are dropped. Stores save the result as bytes or text
-// and give it back to DecodeHeader.
+// EncodeHeader serialises a Response's headers for a store's column, as lines of
+// "Name: value\n": names in no particular order, the values of one name in their order.
+// Values holding CR or LF cannot be sent on the wire and are dropped. Stores save the
+// result as bytes or text and give it back to DecodeHeader.
 func EncodeHeader(h http.Header) []byte {
 	n := 0
 	for k, vs := range h {
@@ -48,7 +48,7 @@ func DecodeHeader(b []byte) (http.Header, error) {
 		}
 		i := bytes.Index(line, []byte(": "))
 		if i <= 0 {
-			return nil, fmt.Errorf("idem: stored header line %q: missing \": \"", line)
+			return nil, fmt.Errorf("storage: stored header line %q: missing \": \"", line)
 		}
 		k := string(line[:i])
 		h[k] = append(h[k], string(line[i+2:]))

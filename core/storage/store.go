@@ -1,31 +1,28 @@
-package core
+package storage
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"time"
 )
 
-// Mode selects how a route claims, executes and records an operation.
+// Mode is how the engine runs one claim: ModeAtomic or ModePhased.
 type Mode int
 
 const (
-	// ModeDefault picks ModeAtomic when the store supports it, ModePhased otherwise.
-	ModeDefault Mode = iota
-
-	// ModeAtomic runs the claim, the handler's business writes and the completion in one
+	// ModeAtomic: the claim, the handler's business writes and the completion run in one
 	// database transaction that rides in the request context. A failure rolls everything
 	// back: no key, no business row. Only stores whose SupportsAtomic reports true run it.
-	ModeAtomic
+	ModeAtomic Mode = 1
 
-	// ModePhased commits the claim on its own with a lease and a fencing token. The handler
-	// commits named phases, each with its recovery point; a retry after the lease expires
-	// takes over and resumes after the last committed phase. For work that calls the
-	// outside world (payment providers, email, other services).
-	ModePhased
+	// ModePhased: the claim commits on its own with a lease and a fencing token. The
+	// handler commits named phases, each with its recovery point; a retry after the lease
+	// expires takes over and resumes after the last committed phase.
+	ModePhased Mode = 2
 )
 
-// String returns "default", "atomic" or "phased".
+// String returns "atomic" or "phased".
 func (m Mode) String() string {
 	switch m {
 	case ModeAtomic:
@@ -33,7 +30,7 @@ func (m Mode) String() string {
 	case ModePhased:
 		return "phased"
 	default:
-		return "default"
+		return fmt.Sprintf("Mode(%d)", int(m))
 	}
 }
 
@@ -63,16 +60,18 @@ type Claim struct {
 	// Method and Path are stored for diagnostics; the fingerprint already covers them.
 	Method string
 	Path   string
-	// Mode is ModeAtomic or ModePhased, never ModeDefault.
+	// Mode is ModeAtomic or ModePhased.
 	Mode Mode
 	// Lease is how long a phased claim blocks duplicates and takeover. Phase commits
 	// renew it.
 	Lease time.Duration
 	// LockWait bounds how long an atomic claim waits for a twin transaction in flight
-	// before returning ErrInProgress. Zero means the store's own default.
+	// before returning ErrInProgress. The engine always sets it (core.Config.LockWait);
+	// stores have no lock-wait setting of their own.
 	LockWait time.Duration
 	// Retention: a key created longer ago than this counts as absent (unless its lease
-	// is live), even before the sweeper deletes it.
+	// is live), even before the sweeper deletes it. The engine sets it to the store's
+	// own Retention(), so claims and the sweeper always agree.
 	Retention time.Duration
 	// Timeout, when positive, bounds the whole Claim call, lock wait included, and each
 	// of the lock's Complete and Release calls, so an unresponsive database costs a
@@ -145,6 +144,11 @@ type Store interface {
 	// SupportsAtomic reports whether the store can run ModeAtomic, that is, whether it
 	// has a transaction to share with the handler.
 	SupportsAtomic() bool
+
+	// Retention reports how long the store keeps a key: the one source of truth for
+	// both the engine (Claim.Retention) and the sweeper (core.Sweeper deletes what is
+	// older). Stores take it as a constructor option, 24h by default, and it is positive.
+	Retention() time.Duration
 }
 
 // Lock is a claimed key, held by one request until Complete or Release. A Lock is used by

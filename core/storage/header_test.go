@@ -1,4 +1,4 @@
-package core_test
+package storage_test
 
 import (
 	"net/http"
@@ -6,21 +6,21 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 )
 
 func TestHeaderRoundTrip(t *testing.T) {
 	t.Parallel()
 	h := http.Header{"Location": {"/v1/orders/1"}, "Link": {"<a>; rel=next", "<b>; rel=prev"}, "Content-Type": {"application/json"}}
-	got, err := core.DecodeHeader(core.EncodeHeader(h))
+	got, err := storage.DecodeHeader(storage.EncodeHeader(h))
 	if err != nil || !reflect.DeepEqual(got, h) {
 		t.Fatalf("round trip = %v, %v; want %v", got, err, h)
 	}
-	empty, err := core.DecodeHeader(core.EncodeHeader(nil))
+	empty, err := storage.DecodeHeader(storage.EncodeHeader(nil))
 	if err != nil || len(empty) != 0 {
 		t.Fatalf("empty round trip = %v, %v", empty, err)
 	}
-	if _, err := core.DecodeHeader([]byte("no separator\n")); err == nil {
+	if _, err := storage.DecodeHeader([]byte("no separator\n")); err == nil {
 		t.Fatal("DecodeHeader accepted a line without \": \"")
 	}
 }
@@ -39,7 +39,7 @@ func FuzzHeaderRoundTrip(f *testing.F) {
 			}
 			h[kv[0]] = append(h[kv[0]], kv[1])
 		}
-		got, err := core.DecodeHeader(core.EncodeHeader(h))
+		got, err := storage.DecodeHeader(storage.EncodeHeader(h))
 		if err != nil {
 			t.Fatalf("decode(encode(%q)): %v", h, err)
 		}

@@ -1,0 +1,25 @@
+package storage
+
+import "errors"
+
+// Errors a store returns, wrapped with %w. core re-exports each one under the same
+// name (core.ErrInProgress is ErrInProgress), so application code tests core's and
+// store code returns these.
+var (
+	// ErrInProgress reports that another request holds the key right now: an atomic
+	// claim's lock wait ran out. The client gets 409 with Retry-After.
+	ErrInProgress = errors.New("idem: a request with this idempotency key is in progress")
+
+	// ErrLeaseLost reports that a worker's lease was taken over by another worker: its
+	// phase commit, completion or release changed nothing and its transaction rolled back.
+	ErrLeaseLost = errors.New("idem: lease lost to another worker")
+
+	// ErrTransient reports a store failure that is safe to retry at once, such as a
+	// serialization failure or a deadlock. Everything was rolled back; the client gets 503
+	// with Retry-After.
+	ErrTransient = errors.New("idem: transient store failure, retry")
+
+	// ErrUnsupportedMode is returned by a store asked for a mode it cannot run, such as
+	// atomic mode on a store that has no transaction to share.
+	ErrUnsupportedMode = errors.New("idem: store does not support this mode")
+)
