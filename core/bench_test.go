@@ -34,11 +34,11 @@ func (d *discard) Write(p []byte) (int, error) { return len(p), nil }
 func (d *discard) WriteHeader(int)             {}
 
 func BenchmarkMiddleware(b *testing.B) {
-	eng, err := core.New(core.Config{Store: memstore.New(), Scope: func(*http.Request) string { return "acct" }})
+	eng, err := core.New(core.Config{Store: memstore.New()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	idem := eng.Middleware(http.HandlerFunc(benchHandler))
+	idem := eng.Middleware(func(*http.Request) string { return "acct" })(http.HandlerFunc(benchHandler))
 	bare := http.HandlerFunc(benchHandler)
 	run := func(b *testing.B, h http.Handler, key func(i int) string) {
 		b.ReportAllocs()

@@ -4,31 +4,22 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/idemkit/idem/core/storage"
 	"golang.org/x/net/http/httpguts"
 )
 
-// Config configures an Engine. Zero fields take the default their comment states
-// (DefaultConfig returns them all); Store and Scope are required.
+// Config configures an Engine: the options every adapter shares (net/http through
+// Middleware, ginidem, echoidem). Zero fields take the default their comment states
+// (DefaultConfig returns them all); Store is required. The caller's scope is not part of
+// it: each adapter takes it in its framework's own terms (Middleware's scope argument,
+// ginidem.Config.Scope, echoidem.Config.Scope), once.
 type Config struct {
-	// Store keeps the keys. Required.
+	// Store keeps the keys: pgxstore, gormstore, redisstore, or memstore for tests and
+	// a single process. It also owns the keys' retention. Required.
 	Store storage.Store
-
-	// Scope names the caller a key belongs to (account, API key, tenant); keys never
-	// collide across scopes. It runs after authentication, so it can read what that
-	// put in the request context. Required (return a constant for a single-tenant API),
-	// except for engines driven only through Engine.ServeScoped by an adapter that takes
-	// the scope from its framework's context: set NoScopeFunc there.
-	Scope func(r *http.Request) string
-
-	// NoScopeFunc declares that Scope is deliberately nil because every request reaches
-	// the engine through ServeScoped. Serve panics on such an engine. Default: false.
-	NoScopeFunc bool
-
-	// Skip, when it returns true, lets a request through untouched. Default: nil.
-	Skip func(r *http.Request) bool
 
 	// Mode picks atomic or phased. Default: ModeDefault (atomic when the store supports
 	// it, phased otherwise).
@@ -60,10 +51,11 @@ type Config struct {
 	// before answering 409. Default: 2s.
 	LockWait time.Duration
 
-	// StoreTimeout bounds the store's work for a request, so an unresponsive database
-	// gets a 503 instead of a request that hangs: the engine passes LockWait plus
-	// StoreTimeout as Claim.Timeout, which a store enforces on the claim and on recording
-	// or releasing the outcome (which run even after the client hung up). Default: 5s.
+	// StoreTimeout bounds the store's own work for a request, so an unresponsive
+	// database gets a 503 instead of a request that hangs. The claim may take LockWait
+	// plus StoreTimeout; recording the outcome and releasing the key (which run even
+	// after the client hung up) take at most as long each. LockWait and StoreTimeout are
+	// the only timeouts: stores have none of their own. Default: 5s.
 	StoreTimeout time.Duration
 
 	// MaxRequestBody is the largest request body read; a larger one is a 413 problem
@@ -93,11 +85,21 @@ type Config struct {
 	// Problem writes RFC 9457 problems. Default: WriteProblem.
 	Problem ProblemRenderer
 
+	// ProblemBase prefixes every problem type URI (followed by the ProblemKind), so the
+	// type links to documentation of what happened and what the client should do. Set it
+	// to your API's own docs (e.g. "https://api.example.com/docs/errors#"). Default:
+	// DefaultProblemBase, this repository's docs/problems.md.
+	ProblemBase string
+
 	// RetryAfter is sent with 409 and 503 problems. Default: 1s.
 	RetryAfter time.Duration
 
-	// Logger receives store failures and released keys. Default: a logger that
-	// discards everything.
+	// Logger gets one structured line (scope, key, method, path, error) per non-happy
+	// outcome: Error for a store failure, a failed recording or an empty scope; Warn for
+	// a key reused with another request (422) and a key that could not be released; Info
+	// for an answer of 409 in progress or 503 collision; Debug for a released key (after
+	// a 5xx, a panic or a cancelled request, with the reason). The happy path logs
+	// nothing. Default: a logger that discards everything.
 	Logger *slog.Logger
 
 	// Hooks observes every outcome. Default: nil (none).
@@ -121,7 +123,7 @@ var DefaultReplayHeaders = []string{"Location", "Content-Type", "Content-Locatio
 // neverReplayed headers carry credentials or per-client state; they are never stored.
 var neverReplayed = []string{"Set-Cookie", "Authorization", "WWW-Authenticate", "Proxy-Authenticate"}
 
-// DefaultConfig returns a Config with every default filled in except Store and Scope.
+// DefaultConfig returns a Config with every default filled in except Store.
 func DefaultConfig() Config {
 	return Config{
 		HeaderName:      DefaultHeaderName,
@@ -136,6 +138,7 @@ func DefaultConfig() Config {
 		Storable:        StorableStatus,
 		Fingerprint:     Fingerprint,
 		Problem:         WriteProblem,
+		ProblemBase:     DefaultProblemBase,
 		RetryAfter:      DefaultRetryAfter,
 		Logger:          slog.New(slog.DiscardHandler),
 	}
@@ -196,6 +199,9 @@ func (c Config) WithDefaults() Config {
 	if c.Problem == nil {
 		c.Problem = d.Problem
 	}
+	if c.ProblemBase == "" {
+		c.ProblemBase = d.ProblemBase
+	}
 	if c.RetryAfter == 0 {
 		c.RetryAfter = d.RetryAfter
 	}
@@ -214,8 +220,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Store == nil:
 		return bad("Store", "required")
-	case c.Scope == nil && !c.NoScopeFunc:
-		return bad("Scope", "required (return a constant for a single-tenant API)")
+	case c.Store.Retention() <= 0:
+		return bad("Store", "%T reports a retention of %v", c.Store, c.Store.Retention())
 	case c.Mode < ModeDefault || c.Mode > ModePhased:
 		return bad("Mode", "unknown mode %d", c.Mode)
 	case c.Mode == ModeAtomic && !c.Store.SupportsAtomic():
@@ -242,6 +248,9 @@ func (c Config) Validate() error {
 		return bad("MaxResponseBody", "negative")
 	case c.RetryAfter < 0:
 		return bad("RetryAfter", "negative")
+	}
+	if u, err := url.Parse(c.ProblemBase); err != nil || u.Scheme == "" {
+		return bad("ProblemBase", "%q is not an absolute URI", c.ProblemBase)
 	}
 	for _, m := range c.Methods {
 		if !httpguts.ValidHeaderFieldName(m) { // a method is a token, as a header name is

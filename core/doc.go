@@ -18,17 +18,20 @@
 // Two modes: atomic (the claim, the handler's writes and the completion commit in one
 // database transaction carried by the request context) and phased (the claim commits
 // alone with a lease and a fencing token; named phases commit recovery points; a retry
-// after the lease takes over and resumes). See Store and Lock for the contract.
+// after the lease takes over and resumes).
 //
-// With net/http (or chi):
+// With net/http (or chi), the scope naming the caller is Middleware's second argument:
 //
-//	eng, err := core.New(core.Config{
-//		Store: memstore.New(),
-//		Scope: func(r *http.Request) string { return r.Header.Get("X-Account-ID") },
-//	})
+//	eng, err := core.New(core.Config{Store: store}) // a pgxstore, gormstore, redisstore or memstore Store
 //	if err != nil { ... }
-//	http.Handle("POST /orders", eng.Middleware(createOrder))
+//	accountOf := func(r *http.Request) string { return r.Header.Get("X-Account-ID") }
+//	http.Handle("POST /orders", eng.Middleware(accountOf)(http.HandlerFunc(createOrder)))
 //
 // Gin and Echo users mount ginidem and echoidem instead; pgxstore and gormstore share
-// the handler's transaction.
+// the handler's transaction (pgxstore.Tx, gormstore.DB).
+//
+// The package serves three readers. Application code uses Config, Middleware,
+// Operation (phases and derived keys), Sweeper, Hooks, the problems and the errors.
+// Framework adapters use Engine.Handle and Buffer. Store authors implement the seam in
+// core/storage and run core/storetest.
 package core

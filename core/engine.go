@@ -15,8 +15,9 @@ import (
 	"github.com/idemkit/idem/core/storage"
 )
 
-// Engine runs the idempotency protocol for one configuration. Framework adapters call
-// Serve; net/http users call Middleware. An Engine is safe for concurrent use.
+// Engine runs the idempotency protocol for one configuration. It holds no scope: each
+// request brings its own, through Middleware's scope function or an adapter's. Create
+// it with New; it is safe for concurrent use.
 type Engine struct {
 	cfg     Config
 	mode    Mode
@@ -50,88 +51,80 @@ func New(cfg Config) (*Engine, error) {
 // Mode returns the mode the engine runs: ModeAtomic or ModePhased.
 func (e *Engine) Mode() Mode { return e.mode }
 
-// Config returns the engine's configuration, defaults applied.
-func (e *Engine) Config() Config { return e.cfg }
-
-// Serve handles one request. When the request takes part (its method is listed, Skip
-// does not skip it, and it carries a key or needs one), Serve claims the key and runs next
-// with a *Buffer and a request whose context carries the Operation and the store's
-// transaction; what reaches w is the handler's response once recorded, a replay, or a
-// problem. Otherwise Serve calls next(w, r) untouched. next must write its response to the
-// writer it is given and must not keep it, or the request, after it returns.
-func (e *Engine) Serve(w http.ResponseWriter, r *http.Request, next func(http.ResponseWriter, *http.Request)) {
-	if !e.Applies(r) {
-		next(w, r)
-		return
+// Handle is the one entry point for framework adapters (ginidem and echoidem use it;
+// net/http users call Middleware). It runs the protocol for one request:
+//
+//   - A request that does not take part (its method is not in Config.Methods, or its
+//     key is optional and absent) is handed on untouched: next(nil, r).
+//   - A keyed request is claimed under scope(), which Handle calls once, only for such
+//     a request (so it may read what authentication stored in the framework's context).
+//     When the key is free, next(held, r2) runs the rest of the chain: the handler must
+//     write its response into held, and r2's context carries the Operation and the
+//     store's transaction. What reaches w is then the recorded response, a replay, or
+//     a problem.
+//
+// Handle reports whether next ran. When it returns false the engine has answered on w
+// (a replay or a problem) and the adapter must stop its chain. next must not keep held
+// or r2 after it returns. A panic in next releases the key and is re-raised.
+func (e *Engine) Handle(w http.ResponseWriter, r *http.Request, scope func() string, next func(held *Buffer, r *http.Request)) (ran bool) {
+	if !e.applies(r) {
+		next(nil, r)
+		return true
 	}
-	if e.cfg.Scope == nil {
-		panic("idem: Engine.Serve on an engine configured with NoScopeFunc; call ServeScoped")
-	}
-	e.serve(w, r, e.cfg.Scope(r), next)
-}
-
-// ServeScoped is Serve with the scope supplied by the caller instead of Config.Scope. It
-// is for adapters whose framework keeps the caller's identity in its own context (a Gin
-// or Echo context): they check Applies, compute the scope from that context, and call
-// ServeScoped; Config.Scope is then not consulted.
-func (e *Engine) ServeScoped(w http.ResponseWriter, r *http.Request, scope string, next func(http.ResponseWriter, *http.Request)) {
-	if !e.Applies(r) {
-		next(w, r)
-		return
-	}
-	e.serve(w, r, scope, next)
-}
-
-func (e *Engine) serve(w http.ResponseWriter, r *http.Request, scope string, next func(http.ResponseWriter, *http.Request)) {
 	key, present, err := ParseKey(r.Header[e.header], e.cfg.MinKeyLength)
 	if err != nil {
-		e.reject(w, r, "", &Problem{Type: ProblemKeyInvalid, Title: "Invalid idempotency key", Status: http.StatusBadRequest,
-			Detail: fmt.Sprintf("The %s header is malformed: %v.", e.cfg.HeaderName, unwrapDetail(err)), Err: err})
-		return
+		e.reject(w, r, "", e.newProblem(ProblemKeyInvalid, fmt.Sprintf("The %s header is malformed: %v.", e.cfg.HeaderName, unwrapDetail(err)), err))
+		return false
 	}
 	if !present {
 		if e.cfg.KeyOptional {
-			next(w, r)
-			return
+			next(nil, r)
+			return true
 		}
-		e.reject(w, r, "", &Problem{Type: ProblemKeyMissing, Title: "Idempotency key missing", Status: http.StatusBadRequest,
-			Detail: fmt.Sprintf("%s %s requires an %s header.", r.Method, r.URL.Path, e.cfg.HeaderName), Err: ErrKeyMissing})
-		return
+		e.reject(w, r, "", e.newProblem(ProblemKeyMissing, fmt.Sprintf("%s %s requires an %s header.", r.Method, r.URL.Path, e.cfg.HeaderName), ErrKeyMissing))
+		return false
+	}
+	sc := scope()
+	if sc == "" {
+		e.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idem: the scope function returned an empty scope; refusing the request (is the idempotency middleware mounted before authentication?)",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("key", key))
+		e.reject(w, r, key, e.newProblem(ProblemMisconfigured, "The server could not tell which caller this request belongs to, so it did not run it. This is a server misconfiguration, not a client error.", ErrEmptyScope))
+		return false
 	}
 
 	body, err := e.readBody(r)
 	defer putBody(body)
 	if err != nil {
 		e.reject(w, r, key, e.bodyProblem(err))
-		return
+		return false
 	}
 	fp, err := e.cfg.Fingerprint(r, body.Bytes())
 	if err != nil {
-		e.reject(w, r, key, &Problem{Type: ProblemBodyUnreadable, Title: "Request not fingerprintable", Status: http.StatusBadRequest,
-			Detail: "The request could not be fingerprinted.", Err: err})
-		return
+		e.reject(w, r, key, e.newProblem(ProblemBodyUnreadable, "The request could not be fingerprinted.", err))
+		return false
 	}
 
-	ctx := r.Context()
-	c := storage.Claim{Scope: scope, Key: key, Fingerprint: fp, Method: r.Method, Path: r.URL.Path,
+	c := storage.Claim{Scope: sc, Key: key, Fingerprint: fp, Method: r.Method, Path: r.URL.Path,
 		Mode: e.mode.storage(), Lease: e.cfg.Lease, LockWait: e.cfg.LockWait, Retention: e.retention, Timeout: e.cfg.LockWait + e.cfg.StoreTimeout}
-	lock, rec, err := e.claim(ctx, c)
+	lock, rec, err := e.claim(r.Context(), c)
 	switch {
 	case err != nil:
 		e.storeFailed(w, r, c, err)
+		return false
 	case rec != nil:
 		e.answer(w, r, c, rec)
+		return false
 	default:
 		e.execute(w, r, c, lock, body.Bytes(), next)
+		return true
 	}
 }
 
-// Applies reports whether r takes part in the protocol: its method is one of
-// Config.Methods and Config.Skip does not skip it.
-func (e *Engine) Applies(r *http.Request) bool {
+// applies reports whether r's method is one of Config.Methods.
+func (e *Engine) applies(r *http.Request) bool {
 	for _, m := range e.methods {
 		if r.Method == m {
-			return e.cfg.Skip == nil || !e.cfg.Skip(r)
+			return true
 		}
 	}
 	return false
@@ -167,9 +160,9 @@ func (e *Engine) claim(ctx context.Context, c storage.Claim) (storage.Lock, *sto
 func (e *Engine) answer(w http.ResponseWriter, r *http.Request, c storage.Claim, rec *storage.Record) {
 	switch {
 	case !bytes.Equal(rec.Fingerprint, c.Fingerprint):
-		e.problem(w, r, c, OutcomeMismatch, &Problem{Type: ProblemKeyReused, Title: "Idempotency key reused", Status: http.StatusUnprocessableEntity,
-			Detail: fmt.Sprintf("This %s was first used with a different request (method, path or body); use a new key for a new request.", e.cfg.HeaderName),
-			Err:    ErrKeyReused})
+		e.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idem: key reused with a different request; answering 422", e.attrs(c, ErrKeyReused)...)
+		e.problem(w, r, c, OutcomeMismatch, e.newProblem(ProblemKeyReused,
+			fmt.Sprintf("This %s was first used with a different request (method, path or body); use a new key for a new request.", e.cfg.HeaderName), ErrKeyReused))
 	case rec.State != storage.StateCompleted || rec.Response == nil:
 		e.inProgress(w, r, c, ErrInProgress)
 	default:
@@ -194,8 +187,8 @@ func (e *Engine) replayResponse(w http.ResponseWriter, r *http.Request, c storag
 				h[k] = v
 			}
 		}
-		e.problem(w, r, c, OutcomeReplayed, &Problem{Type: ProblemNotReplayable, Title: "Response not replayable", Status: http.StatusConflict,
-			Detail: fmt.Sprintf("This request already completed with status %d, but its response body (%s bytes) was too large to keep. It will not run again.", resp.Status, n[0])})
+		e.problem(w, r, c, OutcomeReplayed, e.newProblem(ProblemNotReplayable,
+			fmt.Sprintf("This request already completed with status %d, but its response body (%s bytes) was too large to keep. It will not run again.", resp.Status, n[0]), nil))
 		return
 	}
 	h := w.Header()
@@ -210,7 +203,7 @@ func (e *Engine) replayResponse(w http.ResponseWriter, r *http.Request, c storag
 
 // execute runs the handler under lock and records its outcome before anything reaches
 // the client.
-func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c storage.Claim, lock storage.Lock, body []byte, next func(http.ResponseWriter, *http.Request)) {
+func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c storage.Claim, lock storage.Lock, body []byte, next func(*Buffer, *http.Request)) {
 	outcome := OutcomeClaimed
 	if lock.TakenOver() {
 		outcome = OutcomeTookOver
@@ -239,9 +232,8 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c storage.Claim
 	case r.Context().Err() != nil:
 		err := context.Cause(r.Context())
 		e.release(rctx, r, c, lock, err)
-		e.cfg.Problem(w, r, &Problem{Type: ProblemNotRecorded, Title: "Request cancelled", Status: http.StatusServiceUnavailable,
-			Detail:     "The request was cancelled before it finished; nothing was recorded, so it may be retried with the same key.",
-			RetryAfter: e.cfg.RetryAfter, Err: err})
+		e.cfg.Problem(w, r, e.newProblem(ProblemNotRecorded,
+			"The request was cancelled before it finished; nothing was recorded, so it may be retried with the same key.", err))
 		return
 	}
 	status := buf.Status()
@@ -259,11 +251,9 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c storage.Claim
 			e.inProgress(w, r, c, err)
 			return
 		}
-		e.cfg.Logger.LogAttrs(rctx, slog.LevelError, "idem: recording the response failed; the client gets 503 and may retry",
-			slog.String("scope", c.Scope), slog.String("key", c.Key), slog.Any("error", err))
-		e.problem(w, r, c, OutcomeStoreError, &Problem{Type: ProblemNotRecorded, Title: "Outcome not recorded", Status: http.StatusServiceUnavailable,
-			Detail:     "The request's outcome could not be recorded or confirmed. Retry with the same key: you will get its result, and it runs at most once.",
-			RetryAfter: e.cfg.RetryAfter, Err: err})
+		e.cfg.Logger.LogAttrs(rctx, slog.LevelError, "idem: recording the response failed; the client gets 503 and may retry", e.attrs(c, err)...)
+		e.problem(w, r, c, OutcomeStoreError, e.newProblem(ProblemNotRecorded,
+			"The request's outcome could not be recorded or confirmed. Retry with the same key: you will get its result, and it runs at most once.", err))
 		return
 	}
 	writeBuffer(w, buf)
@@ -272,7 +262,7 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c storage.Claim
 
 // runHandler runs next; on a panic it releases the key, then re-raises the panic so the
 // framework's recovery still answers.
-func (e *Engine) runHandler(r *http.Request, c storage.Claim, lock storage.Lock, next func(http.ResponseWriter, *http.Request), buf *Buffer, r2 *http.Request) {
+func (e *Engine) runHandler(r *http.Request, c storage.Claim, lock storage.Lock, next func(*Buffer, *http.Request), buf *Buffer, r2 *http.Request) {
 	defer func() {
 		if p := recover(); p != nil {
 			e.release(context.WithoutCancel(r.Context()), r, c, lock, fmt.Errorf("idem: handler panicked: %v", p))
@@ -285,8 +275,9 @@ func (e *Engine) runHandler(r *http.Request, c storage.Claim, lock storage.Lock,
 func (e *Engine) release(ctx context.Context, r *http.Request, c storage.Claim, lock storage.Lock, cause error) {
 	err := lock.Release(ctx)
 	if err != nil {
-		e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: releasing the key failed",
-			slog.String("scope", c.Scope), slog.String("key", c.Key), slog.Any("cause", cause), slog.Any("error", err))
+		e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: releasing the key failed", append(e.attrs(c, err), slog.Any("cause", cause))...)
+	} else {
+		e.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "idem: released the key; a retry runs again", e.attrs(c, cause)...)
 	}
 	e.observe(r.Context(), c, OutcomeRolledBack, 0, errors.Join(cause, err))
 }
@@ -332,20 +323,25 @@ func (e *Engine) storeFailed(w http.ResponseWriter, r *http.Request, c storage.C
 	case errors.Is(err, ErrInProgress):
 		e.inProgress(w, r, c, err)
 	case errors.Is(err, ErrTransient):
-		e.problem(w, r, c, OutcomeConflict, &Problem{Type: ProblemStoreUnavailable, Title: "Try again", Status: http.StatusServiceUnavailable,
-			Detail: "The request collided with another one and was rolled back; retry with the same key.", RetryAfter: e.cfg.RetryAfter, Err: err})
+		e.cfg.Logger.LogAttrs(r.Context(), slog.LevelInfo, "idem: collided with a twin and rolled back; answering 503", e.attrs(c, err)...)
+		e.problem(w, r, c, OutcomeConflict, e.newProblem(ProblemCollision,
+			"The request collided with another one and was rolled back; retry with the same key.", err))
 	default:
-		e.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idem: store failed; refusing to run the request unprotected",
-			slog.String("scope", c.Scope), slog.String("key", c.Key), slog.Any("error", err))
-		e.problem(w, r, c, OutcomeStoreError, &Problem{Type: ProblemStoreUnavailable, Title: "Idempotency store unavailable", Status: http.StatusServiceUnavailable,
-			Detail: "The request was not run because its idempotency key could not be checked. Retry with the same key.", RetryAfter: e.cfg.RetryAfter, Err: err})
+		e.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idem: store failed; refusing to run the request unprotected", e.attrs(c, err)...)
+		e.problem(w, r, c, OutcomeStoreError, e.newProblem(ProblemStoreUnavailable,
+			"The request was not run because its idempotency key could not be checked. Retry with the same key.", err))
 	}
 }
 
 func (e *Engine) inProgress(w http.ResponseWriter, r *http.Request, c storage.Claim, err error) {
-	e.problem(w, r, c, OutcomeConflict, &Problem{Type: ProblemInProgress, Title: "Request in progress", Status: http.StatusConflict,
-		Detail:     fmt.Sprintf("A request with this %s is still being processed. Retry later with the same key to get its response.", e.cfg.HeaderName),
-		RetryAfter: e.cfg.RetryAfter, Err: err})
+	e.cfg.Logger.LogAttrs(r.Context(), slog.LevelInfo, "idem: key in progress; answering 409", e.attrs(c, err)...)
+	e.problem(w, r, c, OutcomeConflict, e.newProblem(ProblemInProgress,
+		fmt.Sprintf("A request with this %s is still being processed. Retry later with the same key to get its response.", e.cfg.HeaderName), err))
+}
+
+// attrs are the fields of every log line about c.
+func (e *Engine) attrs(c storage.Claim, err error) []slog.Attr {
+	return []slog.Attr{slog.String("scope", c.Scope), slog.String("key", c.Key), slog.String("method", c.Method), slog.String("path", c.Path), slog.Any("error", err)}
 }
 
 func (e *Engine) reject(w http.ResponseWriter, r *http.Request, key string, p *Problem) {
@@ -366,11 +362,9 @@ func (e *Engine) observe(ctx context.Context, c storage.Claim, outcome Outcome, 
 
 func (e *Engine) bodyProblem(err error) *Problem {
 	if errors.Is(err, ErrBodyTooLarge) {
-		return &Problem{Type: ProblemBodyTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
-			Detail: fmt.Sprintf("The request body is over %d bytes.", e.cfg.MaxRequestBody), Err: err}
+		return e.newProblem(ProblemBodyTooLarge, fmt.Sprintf("The request body is over %d bytes.", e.cfg.MaxRequestBody), err)
 	}
-	return &Problem{Type: ProblemBodyUnreadable, Title: "Request body unreadable", Status: http.StatusBadRequest,
-		Detail: "The request body could not be read.", Err: err}
+	return e.newProblem(ProblemBodyUnreadable, "The request body could not be read.", err)
 }
 
 var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}

@@ -30,6 +30,9 @@ type harness struct {
 
 const orderJSON = `{"item":"book","quantity":2}`
 
+// accountScope is the caller's account, as an authentication middleware would set it.
+func accountScope(r *http.Request) string { return r.Header.Get("X-Account-ID") }
+
 func newHarness(t *testing.T, cfg core.Config, h http.HandlerFunc) *harness {
 	t.Helper()
 	hs := &harness{t: t}
@@ -37,9 +40,6 @@ func newHarness(t *testing.T, cfg core.Config, h http.HandlerFunc) *harness {
 		cfg.Store = memstore.New()
 	}
 	hs.store = cfg.Store
-	if cfg.Scope == nil {
-		cfg.Scope = func(r *http.Request) string { return r.Header.Get("X-Account-ID") }
-	}
 	if h == nil {
 		h = createOrder
 	}
@@ -47,7 +47,7 @@ func newHarness(t *testing.T, cfg core.Config, h http.HandlerFunc) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs.handler = eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	hs.handler = eng.Middleware(accountScope)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hs.runs.Add(1)
 		h(w, r)
 	}))
@@ -83,8 +83,9 @@ func (hs *harness) do(method, key, body string, hdr ...string) *httptest.Respons
 	return w
 }
 
-func assertProblem(t *testing.T, w *httptest.ResponseRecorder, status int, typ string) {
+func assertProblem(t *testing.T, w *httptest.ResponseRecorder, status int, kind core.ProblemKind) {
 	t.Helper()
+	typ := core.DefaultProblemBase + string(kind)
 	if w.Code != status {
 		t.Fatalf("status = %d, want %d; body %s", w.Code, status, w.Body)
 	}
@@ -333,6 +334,7 @@ func TestOversizeBodyIs413(t *testing.T) {
 	r := httptest.NewRequest("POST", "/v1/orders", io.MultiReader(strings.NewReader(big)))
 	r.ContentLength = -1
 	r.Header.Set("Idempotency-Key", "k")
+	r.Header.Set("X-Account-ID", "acct-1")
 	w := httptest.NewRecorder()
 	hs.handler.ServeHTTP(w, r)
 	assertProblem(t, w, 413, core.ProblemBodyTooLarge)
@@ -392,11 +394,11 @@ func TestStoreFailureFailsClosed(t *testing.T) {
 	cases := map[string]struct {
 		err    error
 		status int
-		typ    string
+		typ    core.ProblemKind
 	}{
 		"unreachable": {errors.New("dial tcp: connection refused"), 503, core.ProblemStoreUnavailable},
 		"lock wait":   {fmt.Errorf("pg: %w", core.ErrInProgress), 409, core.ProblemInProgress},
-		"deadlock":    {fmt.Errorf("pg: %w", core.ErrTransient), 503, core.ProblemStoreUnavailable},
+		"deadlock":    {fmt.Errorf("pg: %w", core.ErrTransient), 503, core.ProblemCollision},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -536,16 +538,15 @@ func TestHooksObserveOutcomes(t *testing.T) {
 
 func TestConfigValidateNamesTheField(t *testing.T) {
 	t.Parallel()
-	scope := func(*http.Request) string { return "" }
 	cases := map[string]core.Config{
-		"Store":          {Scope: scope},
-		"Scope":          {Store: memstore.New()},
-		"Mode":           {Store: memstore.New(), Scope: scope, Mode: core.ModeAtomic},
-		"HeaderName":     {Store: memstore.New(), Scope: scope, HeaderName: "bad header"},
-		"ReplayHeaders":  {Store: memstore.New(), Scope: scope, ReplayHeaders: []string{"Location", "Set-Cookie"}},
-		"ReplayHeaders:": {Store: memstore.New(), Scope: scope, ReplayHeaders: []string{"www-authenticate"}},
-		"Lease":          {Store: memstore.New(), Scope: scope, Lease: -time.Second},
-		"Lease:":         {Store: memstore.New(memstore.WithRetention(time.Second)), Scope: scope, Lease: time.Minute},
+		"Store":          {},
+		"Mode":           {Store: memstore.New(), Mode: core.ModeAtomic},
+		"HeaderName":     {Store: memstore.New(), HeaderName: "bad header"},
+		"ReplayHeaders":  {Store: memstore.New(), ReplayHeaders: []string{"Location", "Set-Cookie"}},
+		"ReplayHeaders:": {Store: memstore.New(), ReplayHeaders: []string{"www-authenticate"}},
+		"Lease":          {Store: memstore.New(), Lease: -time.Second},
+		"Lease:":         {Store: memstore.New(memstore.WithRetention(time.Second)), Lease: time.Minute},
+		"ProblemBase":    {Store: memstore.New(), ProblemBase: "docs/problems.md#"},
 	}
 	for field, cfg := range cases {
 		_, err := core.New(cfg)
@@ -553,7 +554,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 			t.Errorf("%s: err = %v, want ErrInvalidConfig naming %s", field, err, field)
 		}
 	}
-	if _, err := core.New(core.Config{Store: memstore.New(), Scope: scope, Mode: core.ModeAtomic}); !errors.Is(err, core.ErrUnsupportedMode) {
+	if _, err := core.New(core.Config{Store: memstore.New(), Mode: core.ModeAtomic}); !errors.Is(err, core.ErrUnsupportedMode) {
 		t.Errorf("atomic on memstore: %v, want ErrUnsupportedMode", err)
 	}
 	func() {
@@ -562,7 +563,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 				t.Error("core.Middleware did not panic on an invalid config")
 			}
 		}()
-		core.Middleware(core.Config{})
+		core.Middleware(core.Config{}, accountScope)
 	}()
 }
 

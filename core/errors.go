@@ -27,6 +27,11 @@ var (
 	// idempotent operation (the route is not keyed, or the key was optional and absent).
 	ErrNoOperation = errors.New("idem: no idempotent operation in context")
 
+	// ErrEmptyScope reports a scope function that returned "" for a keyed request: the
+	// middleware probably runs before authentication. The request is refused with a 500
+	// problem (ProblemMisconfigured), never run in a key space shared by every caller.
+	ErrEmptyScope = errors.New("idem: empty scope")
+
 	// ErrInvalidConfig is wrapped by Config.Validate; the message names the field.
 	ErrInvalidConfig = errors.New("idem: invalid config")
 

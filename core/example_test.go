@@ -23,11 +23,11 @@ func ExampleMiddleware() {
 	})
 	handler := core.Middleware(core.Config{
 		Store: memstore.New(),
-		Scope: func(r *http.Request) string { return r.Header.Get("X-Account-ID") },
-	})(createOrder)
+	}, func(r *http.Request) string { return r.Header.Get("X-Account-ID") })(createOrder)
 
 	for range 2 {
 		r := httptest.NewRequest("POST", "/orders", strings.NewReader(`{"item":"book"}`))
+		r.Header.Set("X-Account-ID", "acct-1") // what authentication would establish
 		r.Header.Set("Idempotency-Key", "8e03978e-40d5-43e8-bc93-6894a57f9324")
 		w := httptest.NewRecorder()
 		handler.ServeHTTP(w, r)
@@ -55,9 +55,8 @@ func ExampleParseKey() {
 func ExampleOperation_Phase() {
 	handler := core.Middleware(core.Config{
 		Store: memstore.New(),
-		Scope: func(*http.Request) string { return "account-1" },
 		Mode:  core.ModePhased,
-	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	}, func(*http.Request) string { return "account-1" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		op := core.OperationFrom(r.Context())
 		err := op.Phase(r.Context(), "charge_created", func(ctx context.Context) error {
 			fmt.Println("charging with provider key", op.DerivedKey("charge"))
@@ -86,13 +85,12 @@ func ExampleHookFunc() {
 	counts := map[core.Outcome]int{}
 	handler := core.Middleware(core.Config{
 		Store: memstore.New(),
-		Scope: func(*http.Request) string { return "account-1" },
 		Hooks: core.HookFunc(func(_ context.Context, ev core.Event) {
 			mu.Lock()
 			defer mu.Unlock()
 			counts[ev.Outcome]++ // e.g. outcomes.WithLabelValues(string(ev.Outcome)).Inc()
 		}),
-	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	}, func(*http.Request) string { return "account-1" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
 
 	for _, key := range []string{"a", "a", "b"} {
 		r := httptest.NewRequest("POST", "/orders", nil)

@@ -10,12 +10,12 @@ const (
 	OutcomeClaimed    Outcome = "claimed"     // the key was free: the handler runs
 	OutcomeTookOver   Outcome = "took_over"   // an expired lease was taken over: the handler resumes
 	OutcomeReplayed   Outcome = "replayed"    // a stored response was sent again
-	OutcomeConflict   Outcome = "conflict"    // the key is in progress: 409
+	OutcomeConflict   Outcome = "conflict"    // the key is in progress (409), or a twin collided and rolled back (503)
 	OutcomeMismatch   Outcome = "mismatch"    // the key was reused with another request: 422
 	OutcomeCompleted  Outcome = "completed"   // the response was recorded (and committed)
 	OutcomeRolledBack Outcome = "rolled_back" // the key was released: 5xx, panic, cancel or failed commit
-	OutcomeRejected   Outcome = "rejected"    // bad key or body before any claim: 400 or 413
-	OutcomeStoreError Outcome = "store_error" // the store failed: 503, the handler did not run
+	OutcomeRejected   Outcome = "rejected"    // refused before any claim: bad key or body (400, 413), empty scope (500)
+	OutcomeStoreError Outcome = "store_error" // the store failed (503): before the handler, or recording its outcome
 )
 
 // Event describes one outcome.

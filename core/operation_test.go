@@ -75,12 +75,12 @@ func TestStaleWorkerLosesLease(t *testing.T) {
 	entered := make(chan struct{}, 2)
 	proceed := make(chan struct{})
 	var phaseErr atomic.Value
-	eng, err := core.New(core.Config{Store: store, Scope: func(*http.Request) string { return "s" }, Lease: 50 * time.Millisecond})
+	eng, err := core.New(core.Config{Store: store, Lease: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var calls atomic.Int64
-	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := eng.Middleware(func(*http.Request) string { return "s" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		op := core.OperationFrom(r.Context())
 		if calls.Add(1) == 1 {
 			entered <- struct{}{}

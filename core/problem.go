@@ -7,37 +7,83 @@ import (
 	"time"
 )
 
-// ProblemTypeBase prefixes every problem type URI idem emits. The URIs are stable: clients
-// may switch on them.
-const ProblemTypeBase = "https://idemkit.dev/problems/"
+// DefaultProblemBase prefixes every problem type URI unless Config.ProblemBase names
+// another: the problem's documentation in this repository, one section per kind (what
+// happened and what the client should do), as the Idempotency-Key draft asks of error
+// responses. An API that documents the problems itself sets its own base.
+const DefaultProblemBase = "https://github.com/idemkit/idem/blob/main/docs/problems.md#"
 
-// Problem type URIs, one per case.
+// ProblemKind names one kind of problem idem answers with. Its type URI is
+// Config.ProblemBase followed by the kind, and each kind has one status and one title.
+// The kinds are stable: clients may switch on the type URI, and custom renderers and
+// tests on Problem.Kind.
+type ProblemKind string
+
+// The problem kinds, with the status each is sent with.
 const (
-	ProblemKeyMissing       = ProblemTypeBase + "key-missing"        // 400
-	ProblemKeyInvalid       = ProblemTypeBase + "key-invalid"        // 400
-	ProblemKeyReused        = ProblemTypeBase + "key-reused"         // 422
-	ProblemInProgress       = ProblemTypeBase + "in-progress"        // 409 + Retry-After
-	ProblemBodyTooLarge     = ProblemTypeBase + "body-too-large"     // 413
-	ProblemBodyUnreadable   = ProblemTypeBase + "body-unreadable"    // 400
-	ProblemStoreUnavailable = ProblemTypeBase + "store-unavailable"  // 503 + Retry-After
-	ProblemNotRecorded      = ProblemTypeBase + "not-recorded"       // 503 + Retry-After: the outcome could not be committed
-	ProblemNotReplayable    = ProblemTypeBase + "response-too-large" // 409: completed, response too large to keep
+	ProblemKeyMissing       ProblemKind = "key-missing"        // 400
+	ProblemKeyInvalid       ProblemKind = "key-invalid"        // 400
+	ProblemKeyReused        ProblemKind = "key-reused"         // 422
+	ProblemInProgress       ProblemKind = "in-progress"        // 409 + Retry-After
+	ProblemBodyTooLarge     ProblemKind = "body-too-large"     // 413
+	ProblemBodyUnreadable   ProblemKind = "body-unreadable"    // 400
+	ProblemStoreUnavailable ProblemKind = "store-unavailable"  // 503 + Retry-After: the handler did not run
+	ProblemCollision        ProblemKind = "collision"          // 503 + Retry-After: rolled back after colliding with a twin
+	ProblemNotRecorded      ProblemKind = "not-recorded"       // 503 + Retry-After: the outcome was not recorded
+	ProblemNotReplayable    ProblemKind = "response-too-large" // 409: completed, response too large to keep
+	ProblemMisconfigured    ProblemKind = "misconfigured"      // 500: the server's idempotency setup is wrong
 )
+
+// kinds holds each kind's status and title, the one place they are defined.
+var kinds = map[ProblemKind]struct {
+	status int
+	title  string
+}{
+	ProblemKeyMissing:       {http.StatusBadRequest, "Idempotency key missing"},
+	ProblemKeyInvalid:       {http.StatusBadRequest, "Invalid idempotency key"},
+	ProblemKeyReused:        {http.StatusUnprocessableEntity, "Idempotency key reused"},
+	ProblemInProgress:       {http.StatusConflict, "Request in progress"},
+	ProblemBodyTooLarge:     {http.StatusRequestEntityTooLarge, "Request body too large"},
+	ProblemBodyUnreadable:   {http.StatusBadRequest, "Request body unreadable"},
+	ProblemStoreUnavailable: {http.StatusServiceUnavailable, "Idempotency store unavailable"},
+	ProblemCollision:        {http.StatusServiceUnavailable, "Try again"},
+	ProblemNotRecorded:      {http.StatusServiceUnavailable, "Outcome not recorded"},
+	ProblemNotReplayable:    {http.StatusConflict, "Response not replayable"},
+	ProblemMisconfigured:    {http.StatusInternalServerError, "Server misconfigured"},
+}
+
+// Status is the HTTP status the kind is sent with.
+func (k ProblemKind) Status() int { return kinds[k].status }
+
+// Title is the kind's fixed, short summary.
+func (k ProblemKind) Title() string { return kinds[k].title }
 
 // Problem is an RFC 9457 problem detail that idem answers with.
 type Problem struct {
-	// Type is one of the Problem* URIs.
+	// Type is the problem's type URI: Config.ProblemBase followed by Kind.
 	Type string `json:"type"`
-	// Title is a short, fixed summary of the type.
+	// Title is the kind's fixed summary.
 	Title string `json:"title"`
 	// Status is the HTTP status code.
 	Status int `json:"status"`
 	// Detail explains this occurrence.
 	Detail string `json:"detail"`
+	// Kind names the problem; Type, Title and Status follow from it.
+	Kind ProblemKind `json:"-"`
 	// RetryAfter, when positive, is sent as the Retry-After header in whole seconds (≥ 1).
 	RetryAfter time.Duration `json:"-"`
 	// Err is the error behind the problem, for logs and custom renderers; never sent.
 	Err error `json:"-"`
+}
+
+// newProblem builds the problem of kind k with the engine's base.
+func (e *Engine) newProblem(k ProblemKind, detail string, err error) *Problem {
+	p := &Problem{Type: e.cfg.ProblemBase + string(k), Title: k.Title(), Status: k.Status(), Detail: detail, Kind: k, Err: err}
+	switch k {
+	case ProblemInProgress, ProblemStoreUnavailable, ProblemCollision, ProblemNotRecorded:
+		p.RetryAfter = e.cfg.RetryAfter
+	}
+	return p
 }
 
 // ProblemRenderer writes a problem to the client. Replace Config.Problem to change the

@@ -10,39 +10,30 @@ import (
 	"github.com/idemkit/idem/core/storage"
 )
 
-// Config configures the Echo middleware. Zero fields take their value from DefaultConfig.
+// Config configures the Echo middleware.
 type Config struct {
-	// Skipper, when it returns true, lets the request through untouched (a
-	// middleware.Skipper fits). Default: never skips.
+	// Skipper, when it returns true, lets the request through untouched, before any key
+	// is read (a middleware.Skipper fits). Default: nil (never skips).
 	Skipper func(c echo.Context) bool
 
 	// Scope names the caller a key belongs to (account, API key, tenant), read from the
 	// Echo context after authentication (what your auth middleware stored with c.Set).
 	// Keys never collide across scopes, so a multi-tenant API must return the caller's
-	// identity here. It runs only for requests that take part. Required with
-	// NewWithConfig, unless core.Config.Scope is set instead; New sets one scope for all.
+	// identity here; a single-tenant API returns a constant. It runs only for keyed
+	// requests, and a scope of "" (a c.Get that was never set) refuses the request with
+	// a 500 problem instead of sharing one key space between callers. Required.
 	Scope func(c echo.Context) string
 
-	// Config holds the engine's options: Store (required), Mode, Methods, KeyOptional,
-	// Skip, HeaderName, Lease, LeaseWait, LockWait, Retention, MaxRequestBody,
-	// MaxResponseBody, ReplayHeaders, Storable, Fingerprint, Problem, RetryAfter, Logger
-	// and Hooks, each with the default its comment states.
+	// Config holds the engine's options, each with the default its comment states
+	// (see core.Config): Store is required.
 	core.Config
 }
 
-// DefaultConfig is the default configuration: never skip, and core.DefaultConfig. It has
-// neither Store nor Scope.
-var DefaultConfig = Config{Skipper: func(echo.Context) bool { return false }, Config: core.DefaultConfig()}
-
-// New returns the middleware with DefaultConfig and store, and ONE SCOPE FOR ALL
-// CALLERS: a key sent by one client replays its response to any other client sending
-// the same key. That suits a single-tenant API only; a multi-tenant API must use
-// NewWithConfig with a Scope returning the caller's identity.
-func New(store storage.Store) echo.MiddlewareFunc {
-	cfg := DefaultConfig
-	cfg.Store = store
-	cfg.Scope = func(echo.Context) string { return "" }
-	return NewWithConfig(cfg)
+// New returns the middleware for store with every default, keying each caller's
+// requests under scope (see Config.Scope; both are required). It panics on a nil store
+// or scope.
+func New(store storage.Store, scope func(c echo.Context) string) echo.MiddlewareFunc {
+	return NewWithConfig(Config{Scope: scope, Config: core.Config{Store: store}})
 }
 
 // NewWithConfig returns the middleware for cfg. It handles the requests
@@ -60,31 +51,26 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 // ToMiddleware is NewWithConfig returning an error, wrapping core.ErrInvalidConfig and
 // naming the field, instead of panicking.
 func (cfg Config) ToMiddleware() (echo.MiddlewareFunc, error) {
-	if cfg.Skipper == nil {
-		cfg.Skipper = DefaultConfig.Skipper
+	if cfg.Scope == nil {
+		return nil, fmt.Errorf("echoidem: %w: Scope: required (return a constant for a single-tenant API)", core.ErrInvalidConfig)
 	}
-	scope := cfg.Scope
-	if s := cfg.Config.Scope; scope == nil && s != nil {
-		scope = func(c echo.Context) string { return s(c.Request()) }
-	}
-	// Driven through ServeScoped only; with no scope at all, core reports Scope as required.
-	cfg.NoScopeFunc = scope != nil
 	eng, err := core.New(cfg.Config)
 	if err != nil {
 		return nil, fmt.Errorf("echoidem: %w", err)
 	}
+	scope, skip := cfg.Scope, cfg.Skipper
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			if cfg.Skipper(c) || !eng.Applies(c.Request()) {
+			if skip != nil && skip(c) {
 				return next(c)
 			}
 			var err error
-			eng.ServeScoped(c.Response(), c.Request(), scope(c), func(w http.ResponseWriter, r *http.Request) {
-				if buf, ok := w.(*core.Buffer); ok {
-					runHeld(c, buf, r, next)
-				} else {
-					err = next(c) // not keyed (an optional key is absent): Echo handles the error
+			eng.Handle(c.Response(), c.Request(), func() string { return scope(c) }, func(held *core.Buffer, r *http.Request) {
+				if held == nil {
+					err = next(c) // not keyed: Echo handles the error as usual
+					return
 				}
+				runHeld(c, held, r, next)
 			})
 			return err
 		}

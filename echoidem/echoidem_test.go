@@ -14,6 +14,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+	"github.com/stretchr/testify/assert"
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem/core"
@@ -170,10 +171,10 @@ type step struct {
 	method, path, key, account, body string
 	status                           int
 	replayed                         bool
-	runs                             int64  // handler runs after this step
-	problem                          string // problem type URI, when the answer is a problem
-	bodyHas                          string // a substring of the body
-	bodyLacks                        string // a string the body must not contain
+	runs                             int64            // handler runs after this step
+	problem                          core.ProblemKind // the problem's kind, when the answer is a problem
+	bodyHas                          string           // a substring of the body
+	bodyLacks                        string           // a string the body must not contain
 }
 
 func post(path, key, body string, status int, replayed bool, runs int64) step {
@@ -286,7 +287,11 @@ func TestResponseTable(t *testing.T) {
 			a := newApp(t)
 			var got []resp
 			for i, s := range row.steps {
-				r := do(t, a, s.method, s.path, s.key, s.account, s.body)
+				account := s.account
+				if account == "" {
+					account = "anonymous" // an authenticated caller with no account of the row's own
+				}
+				r := do(t, a, s.method, s.path, s.key, account, s.body)
 				got = append(got, r)
 				where := fmt.Sprintf("step %d (%s %s key %q)", i+1, s.method, s.path, s.key)
 				if r.status != s.status {
@@ -302,7 +307,7 @@ func TestResponseTable(t *testing.T) {
 					if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
 						t.Errorf("%s: Content-Type %q, want application/problem+json", where, ct)
 					}
-					if !strings.Contains(r.body, `"type":"`+s.problem+`"`) {
+					if !strings.Contains(r.body, `"type":"`+core.DefaultProblemBase+string(s.problem)+`"`) {
 						t.Errorf("%s: body %s, want problem %s", where, r.body, s.problem)
 					}
 				}
@@ -330,7 +335,7 @@ func TestInProgressIs409(t *testing.T) {
 
 	dup := do(t, a, "POST", "/api/orders", "k1", "acme", order)
 	if dup.status != http.StatusConflict || dup.header.Get("Retry-After") != "1" ||
-		!strings.Contains(dup.body, core.ProblemInProgress) {
+		!strings.Contains(dup.body, string(core.ProblemInProgress)) {
 		t.Errorf("duplicate in flight: %d Retry-After %q %s, want 409, 1, in-progress problem",
 			dup.status, dup.header.Get("Retry-After"), dup.body)
 	}
@@ -422,7 +427,7 @@ func TestOptionalKeyPassesThrough(t *testing.T) {
 		}
 		return c.String(http.StatusCreated, fmt.Sprintf("%d %t", n, errors.Is(err, core.ErrNoOperation)))
 	}, echoidem.NewWithConfig(echoidem.Config{
-		Scope:  func(echo.Context) string { return "" },
+		Scope:  func(echo.Context) string { return "tenant" },
 		Config: core.Config{Store: memstore.New(), KeyOptional: true},
 	}))
 	for i, want := range []string{"1 true", "2 true"} {
@@ -452,10 +457,11 @@ func TestOptionalKeyPassesThrough(t *testing.T) {
 func TestSkipper(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int64
-	cfg := echoidem.DefaultConfig
-	cfg.Store = memstore.New()
-	cfg.Scope = func(echo.Context) string { return "" }
-	cfg.Skipper = func(c echo.Context) bool { return c.Path() == "/skipped" }
+	cfg := echoidem.Config{
+		Skipper: func(c echo.Context) bool { return c.Path() == "/skipped" },
+		Scope:   func(echo.Context) string { return "tenant" },
+		Config:  core.Config{Store: memstore.New()},
+	}
 	e := newEcho()
 	e.Use(echoidem.NewWithConfig(cfg))
 	h := func(c echo.Context) error { return c.String(http.StatusCreated, strconv.FormatInt(runs.Add(1), 10)) }
@@ -472,25 +478,25 @@ func TestSkipper(t *testing.T) {
 	}
 }
 
-// TestNewHasOneScope: New(store) puts every caller in one scope, as documented; the
-// same key from two accounts is one operation.
-func TestNewHasOneScope(t *testing.T) {
+// TestNewTakesTheScope: New(store, scope) keys each caller apart; the same key from two
+// accounts is two operations.
+func TestNewTakesTheScope(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int64
 	e := newEcho()
-	e.Use(echoidem.New(memstore.New()))
+	e.Use(echoidem.New(memstore.New(), func(c echo.Context) string { return c.Request().Header.Get("X-Account") }))
 	e.POST("/x", func(c echo.Context) error { return c.String(http.StatusCreated, strconv.FormatInt(runs.Add(1), 10)) })
 	a := do(t, e, "POST", "/x", "k", "acme", order)
 	b := do(t, e, "POST", "/x", "k", "globex", order)
-	if a.body != "1" || b.body != "1" || !b.replayed() {
-		t.Errorf("got %q then %q (replayed=%t), want one operation replayed to the second caller", a.body, b.body, b.replayed())
-	}
+	assert.Equal(t, "1", a.body, "acme's first request")
+	assert.Equal(t, "2", b.body, "globex's request with acme's key is its own operation")
+	assert.False(t, b.replayed(), "globex must never get acme's replay")
 }
 
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
 	store := memstore.New()
-	scope := func(echo.Context) string { return "" }
+	scope := func(echo.Context) string { return "tenant" }
 	for _, tc := range []struct {
 		name  string
 		cfg   echoidem.Config
@@ -514,26 +520,11 @@ func TestConfigErrors(t *testing.T) {
 			echoidem.NewWithConfig(tc.cfg)
 		}()
 	}
-	func() {
-		defer func() {
-			if p := recover(); p == nil {
-				t.Errorf("New(nil) did not panic")
-			}
-		}()
-		echoidem.New(nil)
-	}()
-	// core.Config.Scope, the net/http form, is accepted in place of Scope.
-	cfg := echoidem.Config{Config: core.Config{Store: store, Scope: func(r *http.Request) string { return r.Header.Get("X-Account") }}}
-	mw, err := cfg.ToMiddleware()
-	if err != nil {
-		t.Fatalf("core.Config.Scope: %v", err)
-	}
-	e := newEcho()
-	e.POST("/x", func(c echo.Context) error {
-		return c.String(http.StatusCreated, core.OperationFrom(c.Request().Context()).Scope())
-	}, mw)
-	if got := do(t, e, "POST", "/x", "k", "acme", order); got.body != "acme" {
-		t.Errorf("scope from core.Config.Scope: %q, want acme", got.body)
+	for name, mk := range map[string]func(){
+		"nil store": func() { echoidem.New(nil, scope) },
+		"nil scope": func() { echoidem.New(store, nil) },
+	} {
+		assert.Panics(t, mk, "New with a %s", name)
 	}
 }
 
@@ -559,7 +550,7 @@ func TestFlushPanicsWithErrStreaming(t *testing.T) {
 		c.Response().Flush()
 		return nil
 	}, echoidem.NewWithConfig(echoidem.Config{
-		Scope:  func(echo.Context) string { return "" },
+		Scope:  func(echo.Context) string { return "tenant" },
 		Config: core.Config{Store: memstore.New()},
 	}))
 	got := do(t, e, "POST", "/sse", "k", "", order)
@@ -567,4 +558,24 @@ func TestFlushPanicsWithErrStreaming(t *testing.T) {
 	if got.status != http.StatusInternalServerError || strings.Contains(got.body, "partial") || !errors.Is(err, echoidem.ErrStreaming) {
 		t.Errorf("got %d %q, recovered %v; want 500, no partial body, ErrStreaming", got.status, got.body, recovered.Load())
 	}
+}
+
+// TestEmptyScopeFailsClosed: a Scope reading a c.Get("account") that was never set (the
+// middleware mounted before authentication) refuses the request with a 500 problem; the
+// handler does not run and nothing is stored, so two callers never share a key space.
+func TestEmptyScopeFailsClosed(t *testing.T) {
+	t.Parallel()
+	store := memstore.New()
+	var runs atomic.Int64
+	e := newEcho()
+	e.POST("/orders", func(c echo.Context) error { runs.Add(1); return c.String(http.StatusCreated, "made") },
+		echoidem.New(store, func(c echo.Context) string { s, _ := c.Get("account").(string); return s }))
+	for _, caller := range []string{"acme", "globex"} {
+		got := do(t, e, "POST", "/orders", "shared", caller, order)
+		assert.Equal(t, http.StatusInternalServerError, got.status, "%s: status", caller)
+		assert.Contains(t, got.body, string(core.ProblemMisconfigured), "%s: problem", caller)
+		assert.False(t, got.replayed(), "%s: replayed", caller)
+	}
+	assert.Zero(t, runs.Load(), "handler runs")
+	assert.Zero(t, store.Len(), "keys stored")
 }

@@ -56,8 +56,8 @@ func ExampleNewWithConfig() {
 // held: a 4xx is recorded and replayed, a 5xx releases the key so a retry runs again.
 func ExampleNew() {
 	e := echo.New()
-	// New puts every caller in one scope: for a single-tenant API only.
-	e.Use(echoidem.New(memstore.New()))
+	// Each caller's keys live under its account (what authentication put in the context).
+	e.Use(echoidem.New(memstore.New(), func(c echo.Context) string { return c.Request().Header.Get("X-Account") }))
 	runs := 0
 	e.POST("/transfers", func(c echo.Context) error {
 		runs++
@@ -69,6 +69,7 @@ func ExampleNew() {
 
 	for range 3 {
 		req := httptest.NewRequest(http.MethodPost, "/transfers", strings.NewReader(`{"amount":100}`))
+		req.Header.Set("X-Account", "acme")
 		req.Header.Set("Idempotency-Key", `"transfer-42"`) // an RFC 8941 string works too
 		rec := httptest.NewRecorder()
 		e.ServeHTTP(rec, req)
@@ -82,13 +83,16 @@ func ExampleNew() {
 	// runs: 2
 }
 
-// Configure from DefaultConfig, Echo style.
+// A full configuration, Echo style: Skipper first, the scope, then the engine's options.
 func ExampleConfig_ToMiddleware() {
-	cfg := echoidem.DefaultConfig
-	cfg.Store = memstore.New()
-	cfg.Scope = func(c echo.Context) string { return c.Request().Header.Get("X-Tenant") }
-	cfg.Skipper = func(c echo.Context) bool { return strings.HasPrefix(c.Path(), "/webhooks/") }
-	cfg.Methods = []string{http.MethodPost, http.MethodPatch, http.MethodPut}
+	cfg := echoidem.Config{
+		Skipper: func(c echo.Context) bool { return strings.HasPrefix(c.Path(), "/webhooks/") },
+		Scope:   func(c echo.Context) string { return c.Request().Header.Get("X-Tenant") },
+		Config: core.Config{
+			Store:   memstore.New(),
+			Methods: []string{http.MethodPost, http.MethodPatch, http.MethodPut},
+		},
+	}
 	mw, err := cfg.ToMiddleware()
 	fmt.Println(mw != nil, err)
 

@@ -63,7 +63,7 @@ func ExampleNew_missingKey() {
 	fmt.Println(rec.Body.String())
 	// Output:
 	// 400 application/problem+json
-	// {"type":"https://idemkit.dev/problems/key-missing","title":"Idempotency key missing","status":400,"detail":"POST /orders requires an Idempotency-Key header."}
+	// {"type":"https://github.com/idemkit/idem/blob/main/docs/problems.md#key-missing","title":"Idempotency key missing","status":400,"detail":"POST /orders requires an Idempotency-Key header."}
 }
 
 // The error-returning form, for configuration read at run time.

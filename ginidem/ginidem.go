@@ -9,20 +9,23 @@ import (
 	"github.com/idemkit/idem/core"
 )
 
-// Config configures the Gin middleware. Zero fields take the defaults documented on
-// core.Config.
+// Config configures the Gin middleware.
 type Config struct {
 	// Scope names the caller a key belongs to (account, API key, tenant), read from the
 	// Gin context after authentication (what your auth middleware stored with c.Set).
 	// Keys never collide across scopes, so a multi-tenant API must return the caller's
-	// identity here. It runs only for requests that take part. Required, unless
-	// core.Config.Scope is set instead; return a constant for a single-tenant API.
+	// identity here; a single-tenant API returns a constant. It runs only for keyed
+	// requests, and a scope of "" refuses the request with a 500 problem (the middleware
+	// ran before authentication) instead of sharing one key space between callers.
+	// Required.
 	Scope func(c *gin.Context) string
 
-	// Config holds the engine's options: Store (required), Mode, Methods, KeyOptional,
-	// Skip, HeaderName, Lease, LeaseWait, LockWait, Retention, MaxRequestBody,
-	// MaxResponseBody, ReplayHeaders, Storable, Fingerprint, Problem, RetryAfter, Logger
-	// and Hooks, each with the default its comment states.
+	// Skipper, when it returns true, lets the request through untouched, before any
+	// key is read: skip by route with c.FullPath(). Default: nil (never skips).
+	Skipper func(c *gin.Context) bool
+
+	// Config holds the engine's options, each with the default its comment states
+	// (see core.Config): Store is required.
 	core.Config
 }
 
@@ -41,29 +44,25 @@ func New(cfg Config) gin.HandlerFunc {
 // ToMiddleware is New returning an error, wrapping core.ErrInvalidConfig and naming the
 // field, instead of panicking.
 func (cfg Config) ToMiddleware() (gin.HandlerFunc, error) {
-	scope := cfg.Scope
-	if s := cfg.Config.Scope; scope == nil && s != nil {
-		scope = func(c *gin.Context) string { return s(c.Request) }
+	if cfg.Scope == nil {
+		return nil, fmt.Errorf("ginidem: %w: Scope: required (return a constant for a single-tenant API)", core.ErrInvalidConfig)
 	}
-	// Driven through ServeScoped only; with no scope at all, core reports Scope as required.
-	cfg.NoScopeFunc = scope != nil
 	eng, err := core.New(cfg.Config)
 	if err != nil {
 		return nil, fmt.Errorf("ginidem: %w", err)
 	}
+	scope, skip := cfg.Scope, cfg.Skipper
 	return func(c *gin.Context) {
-		if !eng.Applies(c.Request) {
+		if skip != nil && skip(c) {
 			c.Next()
 			return
 		}
-		ran := false
-		eng.ServeScoped(c.Writer, c.Request, scope(c), func(w http.ResponseWriter, r *http.Request) {
-			ran = true
-			if buf, ok := w.(*core.Buffer); ok {
-				runHeld(c, buf, r)
-			} else {
-				c.Next() // not keyed (an optional key is absent): the chain runs as usual
+		ran := eng.Handle(c.Writer, c.Request, func() string { return scope(c) }, func(held *core.Buffer, r *http.Request) {
+			if held == nil {
+				c.Next() // not keyed: the chain runs as usual
+				return
 			}
+			runHeld(c, held, r)
 		})
 		if !ran {
 			c.Abort() // the engine answered (replay or problem): the handlers must not run

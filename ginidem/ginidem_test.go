@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/stretchr/testify/assert"
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem/core"
@@ -154,10 +155,10 @@ type step struct {
 	method, path, key, account, body string
 	status                           int
 	replayed                         bool
-	runs                             int64  // handler runs after this step
-	problem                          string // problem type URI, when the answer is a problem
-	bodyHas                          string // a substring of the body
-	bodyLacks                        string // a string the body must not contain
+	runs                             int64            // handler runs after this step
+	problem                          core.ProblemKind // the problem's kind, when the answer is a problem
+	bodyHas                          string           // a substring of the body
+	bodyLacks                        string           // a string the body must not contain
 }
 
 func post(path, key, body string, status int, replayed bool, runs int64) step {
@@ -270,7 +271,11 @@ func TestResponseTable(t *testing.T) {
 			a := newApp(t)
 			var got []resp
 			for i, s := range row.steps {
-				r := do(t, a, s.method, s.path, s.key, s.account, s.body)
+				account := s.account
+				if account == "" {
+					account = "anonymous" // an authenticated caller with no account of the row's own
+				}
+				r := do(t, a, s.method, s.path, s.key, account, s.body)
 				got = append(got, r)
 				where := fmt.Sprintf("step %d (%s %s key %q)", i+1, s.method, s.path, s.key)
 				if r.status != s.status {
@@ -286,7 +291,7 @@ func TestResponseTable(t *testing.T) {
 					if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
 						t.Errorf("%s: Content-Type %q, want application/problem+json", where, ct)
 					}
-					if !strings.Contains(r.body, `"type":"`+s.problem+`"`) {
+					if !strings.Contains(r.body, `"type":"`+core.DefaultProblemBase+string(s.problem)+`"`) {
 						t.Errorf("%s: body %s, want problem %s", where, r.body, s.problem)
 					}
 				}
@@ -314,7 +319,7 @@ func TestInProgressIs409(t *testing.T) {
 
 	dup := do(t, a, "POST", "/api/orders", "k1", "acme", order)
 	if dup.status != http.StatusConflict || dup.header.Get("Retry-After") != "1" ||
-		!strings.Contains(dup.body, core.ProblemInProgress) {
+		!strings.Contains(dup.body, string(core.ProblemInProgress)) {
 		t.Errorf("duplicate in flight: %d Retry-After %q %s, want 409, 1, in-progress problem",
 			dup.status, dup.header.Get("Retry-After"), dup.body)
 	}
@@ -398,7 +403,7 @@ func TestOptionalKeyPassesThrough(t *testing.T) {
 	var runs atomic.Int64
 	r := gin.New()
 	r.POST("/x", ginidem.New(ginidem.Config{
-		Scope:  func(*gin.Context) string { return "" },
+		Scope:  func(*gin.Context) string { return "tenant" },
 		Config: core.Config{Store: memstore.New(), KeyOptional: true},
 	}), func(c *gin.Context) {
 		_, err := core.OperationFromSafely(c.Request.Context())
@@ -418,7 +423,7 @@ func TestHandlerMayChangeStatusBeforeWriting(t *testing.T) {
 	t.Parallel()
 	r := gin.New()
 	r.POST("/x", ginidem.New(ginidem.Config{
-		Scope:  func(*gin.Context) string { return "" },
+		Scope:  func(*gin.Context) string { return "tenant" },
 		Config: core.Config{Store: memstore.New()},
 	}), func(c *gin.Context) {
 		c.Status(http.StatusOK)
@@ -445,7 +450,7 @@ func TestHandlerMayChangeStatusBeforeWriting(t *testing.T) {
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
 	store := memstore.New()
-	scope := func(*gin.Context) string { return "" }
+	scope := func(*gin.Context) string { return "tenant" }
 	for _, tc := range []struct {
 		name  string
 		cfg   ginidem.Config
@@ -469,19 +474,25 @@ func TestConfigErrors(t *testing.T) {
 			ginidem.New(tc.cfg)
 		}()
 	}
-	// core.Config.Scope, the net/http form, is accepted in place of Scope.
-	cfg := ginidem.Config{Config: core.Config{Store: store, Scope: func(r *http.Request) string { return r.Header.Get("X-Account") }}}
-	h, err := cfg.ToMiddleware()
-	if err != nil {
-		t.Fatalf("core.Config.Scope: %v", err)
-	}
+}
+
+// TestSkipper: a Skipper sees the Gin context, so a route is skipped by c.FullPath();
+// it runs before any key is read.
+func TestSkipper(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
 	r := gin.New()
-	r.POST("/x", h, func(c *gin.Context) {
-		c.String(http.StatusCreated, core.OperationFrom(c.Request.Context()).Scope())
-	})
-	if got := do(t, r, "POST", "/x", "k", "acme", order); got.body != "acme" {
-		t.Errorf("scope from core.Config.Scope: %q, want acme", got.body)
-	}
+	r.Use(ginidem.New(ginidem.Config{
+		Scope:   func(*gin.Context) string { return "tenant" },
+		Skipper: func(c *gin.Context) bool { return c.FullPath() == "/login" },
+		Config:  core.Config{Store: memstore.New()},
+	}))
+	h := func(c *gin.Context) { c.String(http.StatusCreated, strconv.FormatInt(runs.Add(1), 10)) }
+	r.POST("/login", h)
+	r.POST("/orders/:id", h)
+	assert.Equal(t, http.StatusCreated, do(t, r, "POST", "/login", "", "", order).status, "the skipped route runs without a key")
+	assert.Equal(t, http.StatusBadRequest, do(t, r, "POST", "/orders/7", "", "", order).status, "a kept route needs a key")
+	assert.Equal(t, int64(1), runs.Load(), "handler runs")
 }
 
 // TestReplayAfterRetention: the store's retention reaches the engine's claims.
@@ -493,7 +504,7 @@ func TestReplayAfterRetention(t *testing.T) {
 	var runs atomic.Int64
 	r := gin.New()
 	r.POST("/x", ginidem.New(ginidem.Config{
-		Scope:  func(*gin.Context) string { return "" },
+		Scope:  func(*gin.Context) string { return "tenant" },
 		Config: core.Config{Store: memstore.New(memstore.WithClock(clock), memstore.WithRetention(time.Hour))},
 	}), func(c *gin.Context) { c.String(http.StatusCreated, "%d", runs.Add(1)) })
 	if got := do(t, r, "POST", "/x", "k", "", order); got.body != "1" {
@@ -521,7 +532,7 @@ func TestFlushPanicsWithErrStreaming(t *testing.T) {
 		c.AbortWithStatus(http.StatusInternalServerError)
 	}))
 	r.POST("/sse", ginidem.New(ginidem.Config{
-		Scope:  func(*gin.Context) string { return "" },
+		Scope:  func(*gin.Context) string { return "tenant" },
 		Config: core.Config{Store: memstore.New()},
 	}), func(c *gin.Context) {
 		c.SSEvent("message", "partial")
@@ -532,4 +543,26 @@ func TestFlushPanicsWithErrStreaming(t *testing.T) {
 	if got.status != http.StatusInternalServerError || got.body != "" || !errors.Is(err, ginidem.ErrStreaming) {
 		t.Errorf("got %d %q, recovered %v; want 500, empty body, ErrStreaming", got.status, got.body, recovered.Load())
 	}
+}
+
+// TestEmptyScopeFailsClosed: a Scope reading what authentication never set (the
+// middleware mounted before it) refuses the request with a 500 problem; the handler
+// does not run and nothing is stored, so two callers never share a key space.
+func TestEmptyScopeFailsClosed(t *testing.T) {
+	t.Parallel()
+	store := memstore.New()
+	var runs atomic.Int64
+	r := gin.New()
+	r.POST("/orders", ginidem.New(ginidem.Config{
+		Scope:  func(c *gin.Context) string { return c.GetString("account") }, // never set
+		Config: core.Config{Store: store},
+	}), func(c *gin.Context) { runs.Add(1); c.String(http.StatusCreated, "made") })
+	for _, caller := range []string{"acme", "globex"} {
+		got := do(t, r, "POST", "/orders", "shared", caller, order)
+		assert.Equal(t, http.StatusInternalServerError, got.status, "%s: status", caller)
+		assert.Contains(t, got.body, string(core.ProblemMisconfigured), "%s: problem", caller)
+		assert.False(t, got.replayed(), "%s: replayed", caller)
+	}
+	assert.Zero(t, runs.Load(), "handler runs")
+	assert.Zero(t, store.Len(), "keys stored")
 }

@@ -9,10 +9,7 @@
 //	store := gormstore.New(db)            // WithTable, WithRetention, WithIsolation, WithLookupFirst
 //	if err := store.Migrate(ctx); err != nil { … } // explicit; New never touches the database
 //
-//	mux.Handle("POST /orders", core.Middleware(core.Config{
-//		Store: store,
-//		Scope: func(r *http.Request) string { return accountID(r) },
-//	})(http.HandlerFunc(createOrder)))
+//	mux.Handle("POST /orders", core.Middleware(core.Config{Store: store}, accountID)(http.HandlerFunc(createOrder)))
 //
 //	func createOrder(w http.ResponseWriter, r *http.Request) {
 //		order := Order{Amount: 42}

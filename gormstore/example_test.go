@@ -61,8 +61,7 @@ func Example() {
 	})
 	handler := core.Middleware(core.Config{
 		Store: store,
-		Scope: func(r *http.Request) string { return r.Header.Get("X-Account") },
-	})(createOrder)
+	}, func(r *http.Request) string { return r.Header.Get("X-Account") })(createOrder)
 
 	for range 2 {
 		r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{"amount":42}`))
@@ -133,5 +132,5 @@ func ExampleNew() {
 	if err := myStore.Migrate(ctx); err != nil {
 		log.Fatal(err)
 	}
-	_ = core.Middleware(core.Config{Store: myStore, Scope: func(r *http.Request) string { return r.Header.Get("X-Account") }})
+	_ = core.Middleware(core.Config{Store: myStore}, func(r *http.Request) string { return r.Header.Get("X-Account") })
 }

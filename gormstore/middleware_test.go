@@ -58,7 +58,7 @@ func newApp(t *testing.T, d dialect) *app {
 	if err := store.Migrate(t.Context()); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	mw := core.Middleware(core.Config{Store: store, Scope: func(*http.Request) string { return "tenant" }})
+	mw := core.Middleware(core.Config{Store: store}, func(*http.Request) string { return "tenant" })
 	return &app{db: db, table: table, h: mw(http.HandlerFunc(createOrder))}
 }
 

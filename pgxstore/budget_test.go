@@ -144,11 +144,11 @@ func TestStatementBudget(t *testing.T) {
 			db := newPool(t, 1, tr)
 			store, schema := newStore(t, db, tc.opts...)
 			exec(t, db, fmt.Sprintf(`CREATE TABLE %s.orders (id bigserial PRIMARY KEY, idem_key text NOT NULL)`, schema))
-			eng, err := core.New(core.Config{Store: store, Mode: tc.mode, Scope: func(*http.Request) string { return "acme" }})
+			eng, err := core.New(core.Config{Store: store, Mode: tc.mode})
 			if err != nil {
 				t.Fatal(err)
 			}
-			h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h := eng.Middleware(func(*http.Request) string { return "acme" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				ctx := r.Context()
 				if _, err := pgxstore.Tx(ctx).Exec(ctx, fmt.Sprintf(`INSERT INTO %s.orders (idem_key) VALUES ($1)`, schema),
 					core.OperationFrom(ctx).Key()); err != nil {

@@ -7,12 +7,10 @@
 //	store := pgxstore.New(pool)
 //	if err := store.Migrate(ctx); err != nil { ... }
 //
-//	eng, err := core.New(core.Config{
-//		Store: store,
-//		Scope: func(r *http.Request) string { return r.Header.Get("X-Account-ID") },
-//	})
+//	eng, err := core.New(core.Config{Store: store})
 //	if err != nil { ... }
-//	http.Handle("POST /orders", eng.Middleware(http.HandlerFunc(createOrder)))
+//	accountOf := func(r *http.Request) string { return r.Header.Get("X-Account-ID") }
+//	http.Handle("POST /orders", eng.Middleware(accountOf)(http.HandlerFunc(createOrder)))
 //
 //	func createOrder(w http.ResponseWriter, r *http.Request) {
 //		var id int64

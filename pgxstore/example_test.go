@@ -30,7 +30,6 @@ func Example() {
 	}
 	eng, err := core.New(core.Config{
 		Store: store,
-		Scope: func(r *http.Request) string { return r.Header.Get("X-Account-ID") },
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -47,7 +46,7 @@ func Example() {
 		w.Header().Set("Location", fmt.Sprintf("/orders/%d", id))
 		w.WriteHeader(http.StatusCreated) // recorded and committed before it is sent
 	})
-	http.Handle("POST /orders", eng.Middleware(createOrder))
+	http.Handle("POST /orders", eng.Middleware(func(r *http.Request) string { return r.Header.Get("X-Account-ID") })(createOrder))
 	log.Fatal(http.ListenAndServe(":8080", nil))
 }
 

@@ -58,7 +58,6 @@ func newShop(t *testing.T, iso pgx.TxIsoLevel, cfg core.Config, handler func(*sh
 		CREATE TABLE %[1]s.reservations (idem_key text NOT NULL)`, schema))
 
 	cfg.Store = store
-	cfg.Scope = func(r *http.Request) string { return r.Header.Get("X-Account") }
 	eng, err := core.New(cfg)
 	if err != nil {
 		t.Fatalf("core.New: %v", err)
@@ -66,7 +65,7 @@ func newShop(t *testing.T, iso pgx.TxIsoLevel, cfg core.Config, handler func(*sh
 	if handler == nil {
 		handler = (*shop).createOrder
 	}
-	s.srv = httptest.NewServer(eng.Middleware(handler(s)))
+	s.srv = httptest.NewServer(eng.Middleware(func(r *http.Request) string { return r.Header.Get("X-Account") })(handler(s)))
 	tr := &http.Transport{MaxIdleConnsPerHost: 512}
 	s.client = &http.Client{Transport: tr, Timeout: 30 * time.Second}
 	t.Cleanup(func() {

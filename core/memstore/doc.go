@@ -23,10 +23,7 @@
 // Usage:
 //
 //	store := memstore.New()
-//	eng, err := core.New(core.Config{
-//		Store: store,
-//		Scope: func(r *http.Request) string { return r.Header.Get("X-Account") },
-//	})
+//	mw := core.Middleware(core.Config{Store: store}, func(r *http.Request) string { return r.Header.Get("X-Account") })
 //
 // A completed key is kept compact, so that a store holding hundreds of thousands of them
 // costs the garbage collector little: its fingerprint, method, path, recovery point and

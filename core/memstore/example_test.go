@@ -55,13 +55,12 @@ func Example() {
 func Example_middleware() {
 	eng, err := core.New(core.Config{
 		Store: memstore.New(),
-		Scope: func(r *http.Request) string { return r.Header.Get("X-Account") },
 	})
 	if err != nil {
 		panic(err)
 	}
 	orders := 0
-	h := eng.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := eng.Middleware(func(r *http.Request) string { return r.Header.Get("X-Account") })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		orders++
 		w.Header().Set("Location", fmt.Sprintf("/orders/%d", orders))
 		w.WriteHeader(http.StatusCreated)

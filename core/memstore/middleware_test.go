@@ -28,11 +28,11 @@ func post(t *testing.T, h http.Handler, key, body string) *httptest.ResponseReco
 
 func middleware(t *testing.T, s storage.Store, next http.HandlerFunc) http.Handler {
 	t.Helper()
-	eng, err := core.New(core.Config{Store: s, Scope: func(*http.Request) string { return "acct" }})
+	eng, err := core.New(core.Config{Store: s})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return eng.Middleware(next)
+	return eng.Middleware(func(*http.Request) string { return "acct" })(next)
 }
 
 // TestMiddlewareResumesAfterFailure: an attempt that charged and then failed keeps its

@@ -335,10 +335,9 @@ func (a *app) handler(fw framework) http.Handler {
 		return e
 	default:
 		scope := func(r *http.Request) string { return r.Header.Get(accountHeader) }
-		phased.Scope, atomic.Scope = scope, scope
 		mux := http.NewServeMux()
-		mux.Handle("POST /v1/payments", core.Middleware(phased)(http.HandlerFunc(a.createPayment)))
-		mux.Handle("POST /v1/orders", core.Middleware(atomic)(http.HandlerFunc(a.createOrder)))
+		mux.Handle("POST /v1/payments", core.Middleware(phased, scope)(http.HandlerFunc(a.createPayment)))
+		mux.Handle("POST /v1/orders", core.Middleware(atomic, scope)(http.HandlerFunc(a.createOrder)))
 		return recoverer(mux)
 	}
 }

@@ -289,13 +289,12 @@ func newInstance(t *testing.T, d *db, ic instanceConfig) *instance {
 	in.store = pgxstore.New(in.pool, pgxstore.WithTable(d.schema+"."+pgxstore.DefaultTable), pgxstore.WithIsolation(ic.iso))
 	cfg := ic.cfg
 	cfg.Store = in.store
-	cfg.Scope = func(r *http.Request) string { return r.Header.Get("X-Account") }
 	eng, err := core.New(cfg)
 	if err != nil {
 		t.Fatalf("core.New: %v", err)
 	}
 	in.eng = eng
-	var h http.Handler = eng.Middleware(http.HandlerFunc(in.orders))
+	var h http.Handler = eng.Middleware(func(r *http.Request) string { return r.Header.Get("X-Account") })(http.HandlerFunc(in.orders))
 	if ic.deadline > 0 {
 		inner := h
 		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -479,8 +478,9 @@ func (in *instance) retryUntilDone(scope, key, query, body string, attempts int)
 }
 
 // mustProblem checks that r is the problem typ with status, and Retry-After when retry.
-func mustProblem(t *testing.T, r reply, status int, typ string, retry bool) {
+func mustProblem(t *testing.T, r reply, status int, kind core.ProblemKind, retry bool) {
 	t.Helper()
+	typ := core.DefaultProblemBase + string(kind)
 	if r.err != nil || r.status != status || r.problemType() != typ {
 		t.Fatalf("got %v, want %d %s", r, status, typ)
 	}

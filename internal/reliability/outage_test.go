@@ -76,7 +76,7 @@ func TestStoreOutageMidRun(t *testing.T) {
 		if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" {
 			t.Fatalf("%s during the outage: %v, want 503 + Retry-After", key, r)
 		}
-		if typ := r.problemType(); typ != core.ProblemStoreUnavailable {
+		if typ := r.problemType(); typ != core.DefaultProblemBase+string(core.ProblemStoreUnavailable) {
 			t.Fatalf("%s during the outage: problem %s", key, typ)
 		}
 	}

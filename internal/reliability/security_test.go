@@ -63,7 +63,7 @@ func TestScopeIsolation(t *testing.T) {
 
 	// Pairs that a "scope:key" or "scope|key" join would confuse.
 	in.setHooks(hooks{})
-	pairs := [][2]string{{"a", "b:c"}, {"a:b", "c"}, {"a", "b|c"}, {"a|b", "c"}, {"", "x"}, {"x", "x"}}
+	pairs := [][2]string{{"a", "b:c"}, {"a:b", "c"}, {"a", "b|c"}, {"a|b", "c"}, {"a:", "x"}, {"x", "x"}}
 	seen := map[string]string{}
 	for _, p := range pairs {
 		r := in.post(p[0], p[1], "", jsonBody(7))
@@ -149,7 +149,7 @@ func TestCredentialHeadersNeverStored(t *testing.T) {
 	// Every spelling: "WWW-Authenticate" is not its own canonical form ("Www-Authenticate"),
 	// which once let it through.
 	for _, h := range append(credentials, "set-cookie", "AUTHORIZATION", "www-authenticate", "Www-Authenticate") {
-		_, err := core.New(core.Config{Store: in.store, Scope: func(*http.Request) string { return "" },
+		_, err := core.New(core.Config{Store: in.store,
 			ReplayHeaders: []string{"Location", h}})
 		if !errors.Is(err, core.ErrInvalidConfig) {
 			t.Errorf("ReplayHeaders with %s: %v, want ErrInvalidConfig", h, err)
@@ -243,7 +243,7 @@ func TestInvalidKeys400(t *testing.T) {
 	t.Parallel()
 	d := newDB(t)
 	in := newInstance(t, d, instanceConfig{direct: true})
-	h := in.eng.Middleware(http.HandlerFunc(in.orders))
+	h := in.eng.Middleware(func(r *http.Request) string { return r.Header.Get("X-Account") })(http.HandlerFunc(in.orders))
 	for _, k := range badKeys {
 		if k == "%00" {
 			continue // a valid key, sent raw below to check no decoding happens

@@ -1,0 +1,163 @@
+package core_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/memstore"
+)
+
+// lockedBuffer is a log sink safe for the handler goroutines of a test server.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestEmptyScopeFailsClosed: a scope function returning "" (the middleware mounted before
+// authentication) must not put every caller in one key space. The handler does not run,
+// nothing is stored, the client gets a 500 problem saying the server is misconfigured,
+// and the logger gets an error naming the route.
+func TestEmptyScopeFailsClosed(t *testing.T) {
+	t.Parallel()
+	store := memstore.New()
+	var logs lockedBuffer
+	eng, err := core.New(core.Config{Store: store, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	require.NoError(t, err)
+	var runs atomic.Int64
+	h := eng.Middleware(func(r *http.Request) string { return r.Header.Get("X-Account-ID") })(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1); w.WriteHeader(http.StatusCreated) }))
+
+	for _, caller := range []string{"alice", "bob"} { // two callers, neither authenticated
+		r := httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(orderJSON))
+		r.Header.Set("Idempotency-Key", "shared-key")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		assertProblem(t, w, http.StatusInternalServerError, core.ProblemMisconfigured)
+		assert.Empty(t, w.Header().Get("Idempotent-Replayed"), "%s must never get a replay", caller)
+	}
+	assert.Zero(t, runs.Load(), "the handler must not run under an empty scope")
+	assert.Zero(t, store.Len(), "nothing may be stored under an empty scope")
+
+	var line struct {
+		Level, Msg, Method, Path string
+	}
+	require.NoError(t, json.Unmarshal([]byte(strings.SplitN(logs.String(), "\n", 2)[0]), &line), "log: %s", logs.String())
+	assert.Equal(t, "ERROR", line.Level)
+	assert.Contains(t, line.Msg, "empty scope")
+	assert.Equal(t, http.MethodPost, line.Method, "the log line names the route's method")
+	assert.Equal(t, "/v1/orders", line.Path, "the log line names the route's path")
+}
+
+// TestScopeRunsOnlyForKeyedRequests: the scope is read lazily, so an unkeyed GET or an
+// absent optional key never calls it (it may depend on authentication those skip).
+func TestScopeRunsOnlyForKeyedRequests(t *testing.T) {
+	t.Parallel()
+	eng, err := core.New(core.Config{Store: memstore.New(), KeyOptional: true})
+	require.NoError(t, err)
+	var calls atomic.Int64
+	h := eng.Middleware(func(*http.Request) string { calls.Add(1); return "acme" })(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	for _, r := range []*http.Request{
+		httptest.NewRequest(http.MethodGet, "/v1/orders", nil),
+		httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(orderJSON)),
+	} {
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	assert.Zero(t, calls.Load(), "scope calls for requests that take no part")
+	r := httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(orderJSON))
+	r.Header.Set("Idempotency-Key", "k")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	assert.Equal(t, int64(1), calls.Load(), "scope calls for one keyed request")
+}
+
+// TestMiddlewareNeedsAScope: the net/http middleware takes its scope as an argument, so
+// it cannot be forgotten; nil is a programming error.
+func TestMiddlewareNeedsAScope(t *testing.T) {
+	t.Parallel()
+	assert.Panics(t, func() { core.Middleware(core.Config{Store: memstore.New()}, nil) })
+}
+
+// TestRetentionHasOneSource: the sweeper and the claims read the store's retention, so
+// raising it in one place raises it everywhere; nothing else can be set to disagree.
+func TestRetentionHasOneSource(t *testing.T) {
+	t.Parallel()
+	store := memstore.New(memstore.WithRetention(48 * time.Hour))
+	hs := newHarness(t, core.Config{Store: store}, nil)
+	first := hs.do(http.MethodPost, "k", orderJSON)
+	require.Equal(t, http.StatusCreated, first.Code)
+	n, err := (&core.Sweeper{Store: store}).Sweep(t.Context())
+	require.NoError(t, err)
+	assert.Zero(t, n, "a key within the store's retention is never swept")
+	again := hs.do(http.MethodPost, "k", orderJSON)
+	assert.Equal(t, "true", again.Header().Get("Idempotent-Replayed"), "the key still replays")
+}
+
+// TestReleasedKeyIsLogged: a key released after a 5xx gets a debug line with the reason,
+// as Config.Logger promises; a completed request logs nothing.
+func TestReleasedKeyIsLogged(t *testing.T) {
+	t.Parallel()
+	var logs lockedBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	fail := true
+	hs := newHarness(t, core.Config{Logger: log}, func(w http.ResponseWriter, r *http.Request) {
+		if fail {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	require.Equal(t, http.StatusBadGateway, hs.do(http.MethodPost, "k", orderJSON).Code)
+	out := logs.String()
+	assert.Contains(t, out, "released the key")
+	assert.Contains(t, out, "status 502 is not storable", "the line gives the reason")
+	assert.Contains(t, out, "key=k")
+
+	fail = false
+	before := len(logs.String())
+	require.Equal(t, http.StatusCreated, hs.do(http.MethodPost, "k", orderJSON).Code)
+	assert.Equal(t, before, len(logs.String()), "the happy path logs nothing: %s", logs.String()[before:])
+}
+
+// TestProblemKindsAreDefinedOnce: every kind has one status and one title, and the type
+// URI is the configured base plus the kind, so an API links its own documentation.
+func TestProblemKindsAreDefinedOnce(t *testing.T) {
+	t.Parallel()
+	const base = "https://api.example.com/docs/errors#"
+	hs := newHarness(t, core.Config{ProblemBase: base}, nil)
+	w := hs.do(http.MethodPost, "", orderJSON)
+	var p core.Problem
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &p))
+	assert.Equal(t, base+string(core.ProblemKeyMissing), p.Type)
+	assert.Equal(t, core.ProblemKeyMissing.Title(), p.Title)
+	assert.Equal(t, core.ProblemKeyMissing.Status(), p.Status)
+	for _, k := range []core.ProblemKind{core.ProblemKeyMissing, core.ProblemKeyInvalid, core.ProblemKeyReused,
+		core.ProblemInProgress, core.ProblemBodyTooLarge, core.ProblemBodyUnreadable, core.ProblemStoreUnavailable,
+		core.ProblemCollision, core.ProblemNotRecorded, core.ProblemNotReplayable, core.ProblemMisconfigured} {
+		assert.NotEmpty(t, k.Title(), "title of %s", k)
+		assert.GreaterOrEqual(t, k.Status(), 400, "status of %s", k)
+	}
+}
