@@ -183,7 +183,10 @@ func TestLeaseWaitReplaysInsteadOf409(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
 	entered := make(chan struct{})
-	hs := newHarness(t, core.Config{LeaseWait: 5 * time.Second}, func(w http.ResponseWriter, r *http.Request) {
+	waiting := make(chan struct{}) // closed once the duplicate has seen the key in progress
+	var once sync.Once
+	store := &claimWatcher{Store: memstore.New(), sawStarted: func() { once.Do(func() { close(waiting) }) }}
+	hs := newHarness(t, core.Config{Store: store, LeaseWait: 5 * time.Second}, func(w http.ResponseWriter, r *http.Request) {
 		close(entered)
 		<-release
 		createOrder(w, r)
@@ -193,12 +196,26 @@ func TestLeaseWaitReplaysInsteadOf409(t *testing.T) {
 	<-entered
 	dup := make(chan *httptest.ResponseRecorder)
 	go func() { dup <- hs.do("POST", "k", orderJSON) }()
-	time.Sleep(100 * time.Millisecond) // let the duplicate start waiting
+	<-waiting // the duplicate is waiting for the lease, not yet answered
 	close(release)
 	first, second := <-done, <-dup
 	if second.Code != http.StatusCreated || second.Header().Get("Idempotent-Replayed") != "true" || second.Body.String() != first.Body.String() {
 		t.Fatalf("waiting duplicate got %d %q, want the replay of %q", second.Code, second.Body, first.Body)
 	}
+}
+
+// claimWatcher reports each claim that found the key in progress.
+type claimWatcher struct {
+	storage.Store
+	sawStarted func()
+}
+
+func (s *claimWatcher) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
+	lock, rec, err := s.Store.Claim(ctx, c)
+	if rec != nil && rec.State == storage.StateStarted {
+		s.sawStarted()
+	}
+	return lock, rec, err
 }
 
 func TestKeyMissingOrMalformed(t *testing.T) {
@@ -474,11 +491,24 @@ func TestCancelledRequestReleasesKey(t *testing.T) {
 
 func TestParallelDuplicatesRunOnce(t *testing.T) {
 	t.Parallel()
-	hs := newHarness(t, core.Config{}, func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(20 * time.Millisecond) // keep the key in flight while twins arrive
+	const n = 50
+	// The first request holds the key until every twin has been answered 409, so all
+	// of them truly overlap it.
+	var conflicts atomic.Int64
+	allAnswered := make(chan struct{})
+	hooks := core.HookFunc(func(_ context.Context, ev core.Event) {
+		if ev.Outcome == core.OutcomeConflict && conflicts.Add(1) == n-1 {
+			close(allAnswered)
+		}
+	})
+	hs := newHarness(t, core.Config{Hooks: hooks}, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-allAnswered:
+		case <-time.After(10 * time.Second):
+			t.Errorf("only %d of %d twins were answered while the first held the key", conflicts.Load(), n-1)
+		}
 		createOrder(w, r)
 	})
-	const n = 50
 	var wg sync.WaitGroup
 	responses := make([]*httptest.ResponseRecorder, n)
 	start := make(chan struct{})

@@ -71,11 +71,14 @@ func TestPhasedResumeSkipsCommittedPhases(t *testing.T) {
 // commit a phase; the engine answers it 409 whatever the handler wrote.
 func TestStaleWorkerLosesLease(t *testing.T) {
 	t.Parallel()
-	store := memstore.New()
+	// The store's clock is moved past the lease instead of waiting for it.
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	store := memstore.New(memstore.WithClock(func() time.Time { return time.Unix(0, clock.Load()) }))
 	entered := make(chan struct{}, 2)
 	proceed := make(chan struct{})
 	var phaseErr atomic.Value
-	eng, err := core.New(core.Config{Store: store, Lease: 50 * time.Millisecond})
+	eng, err := core.New(core.Config{Store: store, Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +106,7 @@ func TestStaleWorkerLosesLease(t *testing.T) {
 	stale := make(chan *httptest.ResponseRecorder)
 	go func() { stale <- req() }()
 	<-entered
-	time.Sleep(120 * time.Millisecond)
+	clock.Add(int64(2 * time.Minute)) // the stalled worker's lease runs out
 	if w := req(); w.Code != 201 { // takes over the expired lease and completes
 		t.Fatalf("taking-over worker: %d", w.Code)
 	}
