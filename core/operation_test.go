@@ -107,7 +107,7 @@ func TestStaleWorkerLosesLease(t *testing.T) {
 	go func() { stale <- req() }()
 	<-entered
 	clock.Add(int64(2 * time.Minute)) // the stalled worker's lease runs out
-	if w := req(); w.Code != 201 { // takes over the expired lease and completes
+	if w := req(); w.Code != 201 {    // takes over the expired lease and completes
 		t.Fatalf("taking-over worker: %d", w.Code)
 	}
 	close(proceed)
