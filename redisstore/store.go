@@ -1,0 +1,281 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem/core/storage"
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults of a Store.
+const (
+	// DefaultPrefix starts the name of every Redis key the store writes.
+	DefaultPrefix = "idem:"
+	// DefaultRetention is how long a key is kept unless WithRetention says otherwise.
+	DefaultRetention = 24 * time.Hour
+	// DefaultLease is the lease a claim gets when storage.Claim.Lease is zero or negative.
+	DefaultLease = 60 * time.Second
+)
+
+// cleanupTimeout bounds a completion or release when the claim set no Timeout: the engine
+// calls them with a context that is never cancelled.
+const cleanupTimeout = 10 * time.Second
+
+// Store is a storage.Store on Redis, for phased operations. It is safe for concurrent use
+// and holds no state of its own beyond its settings: several instances of an application,
+// each with its own Store and client, share the keys through Redis. Create it with New.
+type Store struct {
+	client    redis.UniversalClient
+	prefix    string
+	retention time.Duration
+}
+
+var _ storage.Store = (*Store)(nil)
+
+// Option configures a Store. An invalid option makes New panic, naming the option.
+type Option func(*Store)
+
+// WithPrefix sets the start of every Redis key the store writes, so several applications
+// (or tests) can share one Redis. The rest of a key's name is a hash tag, so the prefix
+// must not hold '{' or '}': Redis Cluster would hash the braces' content instead. Default:
+// DefaultPrefix ("idem:").
+func WithPrefix(prefix string) Option {
+	if strings.ContainsAny(prefix, "{}") {
+		panic(fmt.Sprintf("redisstore: WithPrefix(%q): the prefix must not hold '{' or '}' (the key's hash tag follows it)", prefix))
+	}
+	return func(s *Store) { s.prefix = prefix }
+}
+
+// WithRetention sets how long a key is kept: the key's TTL in Redis, set when it is
+// claimed and never refreshed by a replay, and the age past which a claim treats a key
+// whose lease is not live as absent. It is the one retention setting (the engine reads it
+// from the store). It must be at least a millisecond. Default: DefaultRetention (24h).
+func WithRetention(d time.Duration) Option {
+	if d < time.Millisecond {
+		panic(fmt.Sprintf("redisstore: WithRetention(%s): the retention must be at least 1ms", d))
+	}
+	return func(s *Store) { s.retention = d }
+}
+
+// New returns a Store keeping its keys in Redis through client: a *redis.Client (one
+// node), a failover client (Sentinel) or a *redis.ClusterClient. It panics if client is
+// nil.
+//
+// The client's settings decide how long a Redis that is down or paused can hold a
+// request: set ContextTimeoutEnabled so the claim's timeout (core.Config.StoreTimeout)
+// bounds every call; without it the client's ReadTimeout and WriteTimeout do (5s by
+// default), and -1 there would let a paused Redis hold requests for ever.
+func New(client redis.UniversalClient, opts ...Option) *Store {
+	if isNil(client) {
+		panic("redisstore: New: nil Redis client")
+	}
+	s := &Store{client: client, prefix: DefaultPrefix, retention: DefaultRetention}
+	for _, o := range opts {
+		if o == nil {
+			panic("redisstore: New: nil Option")
+		}
+		o(s)
+	}
+	return s
+}
+
+// isNil reports whether c is nil, or a nil pointer of one of go-redis's client types.
+func isNil(c redis.UniversalClient) bool {
+	switch c := c.(type) {
+	case nil:
+		return true
+	case *redis.Client:
+		return c == nil
+	case *redis.ClusterClient:
+		return c == nil
+	case *redis.Ring:
+		return c == nil
+	}
+	return false
+}
+
+// Retention reports how long keys are kept (WithRetention).
+func (s *Store) Retention() time.Duration { return s.retention }
+
+// SupportsAtomic reports false: Redis has no transaction to share with the handler's own
+// writes, so the store runs phased mode only.
+func (s *Store) SupportsAtomic() bool { return false }
+
+// DeleteExpired deletes nothing and returns 0, nil, at no cost: Redis expires each key by
+// itself when its retention has passed (its TTL is set when it is claimed), so there is
+// nothing for core.Sweeper to do. Running one against this store is harmless and useless.
+func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) (int, error) {
+	return 0, nil
+}
+
+// Key returns the name of the Redis hash that holds the key of scope and key: the prefix,
+// then a hash tag of the hex SHA-256 of both, so that any bytes are safe in either, names
+// have one length, and everything of one operation lives in one Cluster hash slot.
+func (s *Store) Key(scope, key string) string {
+	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(scope))) // length first: ("a", "bc") and ("ab", "c") differ
+	h.Write(n[:])
+	h.Write([]byte(scope))
+	h.Write([]byte(key))
+	var sum [sha256.Size]byte
+	b := make([]byte, 0, len(s.prefix)+2+2*len(sum))
+	b = append(b, s.prefix...)
+	b = append(b, '{')
+	b = hex.AppendEncode(b, h.Sum(sum[:0]))
+	b = append(b, '}')
+	return string(b)
+}
+
+// newToken returns a fresh fencing token: 128 random bits, so a token of a key deleted and
+// claimed again never matches the new claim's.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand since Go 1.24)
+	return hex.EncodeToString(b[:])
+}
+
+// bounded returns ctx with a deadline of timeout from now, or ctx itself when timeout is
+// not positive.
+func bounded(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, timeout)
+}
+
+// Claim implements storage.Store in one script run, one round trip: a fresh claim, a
+// takeover and a replay alike. ModeAtomic fails with an error wrapping
+// storage.ErrUnsupportedMode. c.Timeout, when positive, bounds the call.
+func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
+	if c.Mode != storage.ModePhased {
+		return nil, nil, fmt.Errorf("redisstore: mode %s: %w: Redis has no transaction to share, use ModePhased",
+			c.Mode, storage.ErrUnsupportedMode)
+	}
+	lease := c.Lease
+	if lease <= 0 {
+		lease = DefaultLease
+	}
+	ttl := max(s.retention, c.Retention)
+	ctx, cancel := bounded(ctx, c.Timeout)
+	defer cancel()
+	key, tok := s.Key(c.Scope, c.Key), newToken()
+	res, err := claimScript.Run(ctx, s.client, []string{key},
+		c.Fingerprint, c.Method, c.Path, tok, lease.Microseconds(), c.Retention.Microseconds(), ttl.Milliseconds(),
+		c.Scope, c.Key).Slice()
+	if err != nil {
+		return nil, nil, classify(ctx, "claim", err)
+	}
+	if len(res) == 0 {
+		return nil, nil, fmt.Errorf("redisstore: claim: empty reply")
+	}
+	l := &lock{s: s, key: key, tok: tok, lease: lease, timeout: c.Timeout, point: storage.RecoveryStarted}
+	switch kind, _ := res[0].(string); kind {
+	case "claimed":
+		return l, nil, nil
+	case "takeover", "mine":
+		if len(res) < 2 {
+			return nil, nil, fmt.Errorf("redisstore: claim: short %s reply", kind)
+		}
+		l.point = str(res[1])
+		// A claim whose reply was lost and that the client sent again finds its own token:
+		// it was a takeover if the key had progress (a fresh claim starts at "started").
+		l.takenOver = kind == "takeover" || l.point != storage.RecoveryStarted
+		return l, nil, nil
+	case "record":
+		rec, err := record(c, res[1:])
+		if err != nil {
+			return nil, nil, err
+		}
+		return nil, rec, nil
+	default:
+		return nil, nil, fmt.Errorf("redisstore: claim: unexpected reply %v", res[0])
+	}
+}
+
+// record builds the Record of the claim script's reply: st, fp, rp, lu, ca, m, p, co, sc,
+// h, b.
+func record(c storage.Claim, f []any) (*storage.Record, error) {
+	if len(f) != 11 {
+		return nil, fmt.Errorf("redisstore: claim: record reply of %d fields, want 11", len(f))
+	}
+	rec := &storage.Record{
+		Scope:         c.Scope,
+		Key:           c.Key,
+		State:         storage.State(str(f[0])),
+		Fingerprint:   []byte(str(f[1])),
+		RecoveryPoint: str(f[2]),
+		Method:        str(f[5]),
+		Path:          str(f[6]),
+	}
+	var err error
+	if rec.CreatedAt, err = micros(f[4]); err != nil {
+		return nil, err
+	}
+	switch rec.State {
+	case storage.StateStarted:
+		if lu, err := micros(f[3]); err != nil {
+			return nil, err
+		} else if lu.UnixMicro() > 0 {
+			rec.LockedUntil = lu
+		}
+	case storage.StateCompleted:
+		if rec.CompletedAt, err = micros(f[7]); err != nil {
+			return nil, err
+		}
+		status, err := strconv.Atoi(str(f[8]))
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: key %q: stored status: %w", c.Key, err)
+		}
+		h, err := storage.DecodeHeader([]byte(str(f[9])))
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: key %q: %w", c.Key, err)
+		}
+		rec.Response = &storage.Response{Status: status, Header: h, Body: []byte(str(f[10]))}
+	default:
+		return nil, fmt.Errorf("redisstore: key %q: unknown stored state %q", c.Key, rec.State)
+	}
+	return rec, nil
+}
+
+// str returns a bulk string of a script's reply; a nil reply (a missing field) is "".
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+// micros parses a stored time in microseconds since the Unix epoch.
+func micros(v any) (time.Time, error) {
+	n, err := strconv.ParseInt(str(v), 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("redisstore: stored time %q: %w", str(v), err)
+	}
+	return time.UnixMicro(n), nil
+}
+
+// classify wraps a client error for the caller. Errors by which Redis refused to run the
+// script at all (loading its data set after a restart, a failover in progress, a cluster
+// without a majority, a script already running too long) wrap storage.ErrTransient: they
+// changed nothing. Anything else — a connection cut, a timeout — leaves the outcome
+// unknown and is wrapped as it is; the engine answers 503 either way.
+func classify(ctx context.Context, op string, err error) error {
+	switch {
+	case errors.Is(err, redis.Nil):
+		return fmt.Errorf("redisstore: %s: unexpected nil reply: %w", op, err)
+	case redis.IsLoadingError(err), redis.IsReadOnlyError(err), redis.IsClusterDownError(err),
+		redis.IsTryAgainError(err), redis.IsMasterDownError(err), redis.HasErrorPrefix(err, "BUSY"):
+		return fmt.Errorf("redisstore: %s: refused by Redis: %w: %w", op, storage.ErrTransient, err)
+	case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
+		return fmt.Errorf("redisstore: %s: %w (%w)", op, err, context.Cause(ctx))
+	}
+	return fmt.Errorf("redisstore: %s: %w", op, err)
+}
