@@ -225,3 +225,14 @@ func untilCreated(ctx context.Context, base, account, key, body string, within t
 	}
 	return nil, seen, fmt.Errorf("no 201 within %v (answers %v)", within, seen)
 }
+
+// serveOnce runs one keyed POST through h in process.
+func serveOnce(h http.Handler, key string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodPost, "/v1/payments", bytes.NewReader([]byte(`{"amount":100}`)))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Idempotency-Key", key)
+	r.Header.Set("X-Account", "acct")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
