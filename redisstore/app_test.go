@@ -110,7 +110,7 @@ const (
 // skips the recorded phase and looks its charge up by the same key. at is called at each
 // crash point (a child server exits there). runs, when not nil, counts the handler's runs.
 func payments(providerURL string, at func(point string), runs func(order string)) http.Handler {
-	client := &http.Client{Timeout: 5 * time.Second}
+	client := &http.Client{Timeout: 30 * time.Second} // generous: a loaded CI machine runs the race detector
 	call := func(ctx context.Context, method, u string, h http.Header) (string, error) {
 		req, err := http.NewRequestWithContext(ctx, method, u, nil)
 		if err != nil {
@@ -179,7 +179,8 @@ func (r *reply) replayed() bool { return r.Header.Get("Idempotent-Replayed") == 
 
 func (r *reply) String() string { return fmt.Sprintf("%d %s", r.Status, bytes.TrimSpace(r.Body)) }
 
-var httpClient = &http.Client{Timeout: 10 * time.Second}
+// httpClient bounds a request generously: the fault tests check their own, tighter bounds.
+var httpClient = &http.Client{Timeout: 30 * time.Second}
 
 // post sends a payment with key for account to base.
 func post(ctx context.Context, base, account, key, body string) (*reply, error) {
