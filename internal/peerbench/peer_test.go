@@ -88,19 +88,14 @@ func BenchmarkPeers(b *testing.B) {
 				}
 			})
 			b.Run("first", func(b *testing.B) {
-				keys := make([]string, 0, 1<<16)
+				keys := make([]string, b.N) // every iteration a key never seen before
+				for i := range keys {
+					keys[i] = uuidKey()
+				}
 				b.ReportAllocs()
-				for b.Loop() {
-					b.StopTimer()
-					if len(keys) == 0 {
-						for range cap(keys) {
-							keys = append(keys, uuidKey())
-						}
-					}
-					k := keys[len(keys)-1]
-					keys = keys[:len(keys)-1]
-					b.StartTimer()
-					s.serve(k)
+				b.ResetTimer()
+				for i := range b.N {
+					s.serve(keys[i])
 				}
 			})
 			b.Run("replay", func(b *testing.B) {
