@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/echoidem"
 	"github.com/idemkit/idem/internal/adaptertest"
 )
@@ -43,10 +44,11 @@ type app struct {
 	outer []string
 }
 
-func newApp(t *testing.T) *app {
+func newApp(t *testing.T) *app { return newAppOn(t, memstore.New()) }
+
+func newAppOn(t *testing.T, store storage.Store) *app {
 	t.Helper()
 	a := &app{App: &adaptertest.App{}}
-	store := memstore.New()
 	mw := echoidem.NewWithConfig(echoidem.Config{
 		Scope:  func(c echo.Context) string { s, _ := c.Get("account").(string); return s },
 		Config: core.Config{Store: store},
@@ -139,7 +141,7 @@ func (a *app) createOrder(c echo.Context) error {
 // TestShared runs the tests every adapter passes word for word.
 func TestShared(t *testing.T) {
 	t.Parallel()
-	adaptertest.Run(t, func(t *testing.T) *adaptertest.App { return newApp(t).App })
+	adaptertest.Run(t, func(t *testing.T, store storage.Store) *adaptertest.App { return newAppOn(t, store).App })
 }
 
 // do, order and otherOrder are the shared tests' helper and bodies.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/ginidem"
 	"github.com/idemkit/idem/internal/adaptertest"
 )
@@ -37,10 +38,11 @@ type app struct {
 	outer []string
 }
 
-func newApp(t *testing.T) *app {
+func newApp(t *testing.T) *app { return newAppOn(t, memstore.New()) }
+
+func newAppOn(t *testing.T, store storage.Store) *app {
 	t.Helper()
 	a := &app{App: &adaptertest.App{}}
-	store := memstore.New()
 	mw := ginidem.New(ginidem.Config{
 		Scope:  func(c *gin.Context) string { return c.GetString("account") },
 		Config: core.Config{Store: store},
@@ -123,7 +125,7 @@ func (a *app) createOrder(c *gin.Context) {
 // TestShared runs the tests every adapter passes word for word.
 func TestShared(t *testing.T) {
 	t.Parallel()
-	adaptertest.Run(t, func(t *testing.T) *adaptertest.App { return newApp(t).App })
+	adaptertest.Run(t, func(t *testing.T, store storage.Store) *adaptertest.App { return newAppOn(t, store).App })
 }
 
 // do, order and otherOrder are the shared tests' helper and bodies.

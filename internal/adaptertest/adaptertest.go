@@ -32,6 +32,10 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/redisstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -45,11 +49,33 @@ type App struct {
 	Gate    chan struct{}
 }
 
-// Run runs the shared tests as parallel subtests, each on a fresh App from newApp.
-func Run(t *testing.T, newApp func(t *testing.T) *App) {
-	t.Run("ResponseTable", func(t *testing.T) { t.Parallel(); responseTable(t, newApp) })
-	t.Run("InProgressIs409", func(t *testing.T) { t.Parallel(); inProgressIs409(t, newApp) })
-	t.Run("ParallelDuplicatesRunOnce", func(t *testing.T) { t.Parallel(); parallelDuplicatesRunOnce(t, newApp) })
+// Stores are the stores the shared tests run on, each opening a fresh, empty one:
+// memstore, and redisstore on the test Redis with a key prefix of its own (both
+// phased, the mode a store without a transaction to share runs; the SQL stores' atomic
+// mode is tested through the adapters in internal/storekit).
+var Stores = []struct {
+	Name string
+	Open func(t *testing.T) storage.Store
+}{
+	{"memstore", func(*testing.T) storage.Store { return memstore.New() }},
+	{"redisstore", func(t *testing.T) storage.Store {
+		c, prefix := testdb.Redis(t)
+		return redisstore.New(c, redisstore.WithPrefix(prefix))
+	}},
+}
+
+// Run runs the shared tests on every store of Stores as parallel subtests, each on a
+// fresh App that newApp builds on the store it is given.
+func Run(t *testing.T, newApp func(t *testing.T, store storage.Store) *App) {
+	for _, st := range Stores {
+		t.Run(st.Name, func(t *testing.T) {
+			t.Parallel()
+			app := func(t *testing.T) *App { return newApp(t, st.Open(t)) }
+			t.Run("ResponseTable", func(t *testing.T) { t.Parallel(); responseTable(t, app) })
+			t.Run("InProgressIs409", func(t *testing.T) { t.Parallel(); inProgressIs409(t, app) })
+			t.Run("ParallelDuplicatesRunOnce", func(t *testing.T) { t.Parallel(); parallelDuplicatesRunOnce(t, app) })
+		})
+	}
 }
 
 // Resp is one recorded answer.
