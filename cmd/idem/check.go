@@ -40,6 +40,8 @@ func checkCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	parallel := fs.Int("parallel", idemtest.DefaultParallel, "concurrent same-key requests in the parallel check")
 	timeout := fs.Duration("timeout", idemtest.DefaultTimeout, "bound on the whole run")
 	reqTimeout := fs.Duration("request-timeout", idemtest.DefaultRequestTimeout, "bound on each request")
+	count := fs.String("count", "", "a GET path on the first -url's host that counts the side effect (enables the side-effect checks): a JSON number or array, or an object with one array (or one number) member, or -count-field")
+	countField := fs.String("count-field", "", "with -count: the member of the JSON object holding the array or number")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -93,9 +95,21 @@ func checkCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 
+	var counter *sideEffects
+	if *count != "" {
+		if !strings.HasPrefix(*count, "/") {
+			return fmt.Errorf("%w: -count %q: want a path starting with /", errUsage, *count)
+		}
+		counter = &sideEffects{ctx: ctx, url: t.URLs[0] + *count, field: *countField, header: t.Header, timeout: t.RequestTimeout}
+		t.SideEffects = counter.read
+	}
+
 	rep, err := idemtest.Run(ctx, t)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if counter != nil && counter.err != nil {
+		rep.Err = fmt.Sprintf("counting side effects with GET %s: %v (the side-effect checks are meaningless)", *count, counter.err)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -150,4 +164,97 @@ func newID() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	return hex.EncodeToString(b[:])
+}
+
+// sideEffects counts the side effect through a GET route of the API.
+type sideEffects struct {
+	ctx     context.Context
+	url     string
+	field   string
+	header  http.Header
+	timeout time.Duration
+	last    int
+	err     error // the first failure
+}
+
+// read returns the count, or the last one read after a failure (kept in err).
+func (s *sideEffects) read() int {
+	n, err := s.get()
+	if err != nil {
+		if s.err == nil {
+			s.err = err
+		}
+		return s.last
+	}
+	s.last = n
+	return n
+}
+
+func (s *sideEffects) get() (int, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
+	if err != nil {
+		return 0, err
+	}
+	for k, vs := range s.header {
+		if k != "Content-Type" {
+			req.Header[k] = vs
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("status %d: %.200s", resp.StatusCode, body)
+	}
+	return countJSON(body, s.field)
+}
+
+// countJSON reads a count from a JSON body: a number, the length of an array, or the
+// object's member field as either (without field: its only array member, or else its
+// only number member).
+func countJSON(body []byte, field string) (int, error) {
+	var v any
+	if err := json.Unmarshal(body, &v); err != nil {
+		return 0, fmt.Errorf("not JSON: %w", err)
+	}
+	if obj, ok := v.(map[string]any); ok {
+		if field != "" {
+			if v, ok = obj[field]; !ok {
+				return 0, fmt.Errorf("no member %q", field)
+			}
+		} else {
+			var arrays, numbers []any
+			for _, m := range obj {
+				switch m.(type) {
+				case []any:
+					arrays = append(arrays, m)
+				case float64:
+					numbers = append(numbers, m)
+				}
+			}
+			switch {
+			case len(arrays) == 1:
+				v = arrays[0]
+			case len(arrays) == 0 && len(numbers) == 1:
+				v = numbers[0]
+			default:
+				return 0, fmt.Errorf("%d array and %d number members: name one with -count-field", len(arrays), len(numbers))
+			}
+		}
+	}
+	switch x := v.(type) {
+	case []any:
+		return len(x), nil
+	case float64:
+		return int(x), nil
+	}
+	return 0, fmt.Errorf("%T is neither a number nor an array", v)
 }

@@ -35,11 +35,11 @@ func orders(n *atomic.Int64) http.Handler {
 	})
 }
 
-// server serves POST /v1/orders through h and GET /v1/orders untouched.
-func server(t *testing.T, h func(http.Handler) http.Handler) string {
-	var n atomic.Int64
+// server serves POST /v1/orders through h and GET /v1/orders untouched; instances
+// of one deployment share n, the orders table.
+func server(t *testing.T, h func(http.Handler) http.Handler, n *atomic.Int64) string {
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/orders", h(orders(&n)))
+	mux.Handle("POST /v1/orders", h(orders(n)))
 	mux.HandleFunc("GET /v1/orders", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, `{"orders":%d}`, n.Load()) })
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
@@ -51,12 +51,12 @@ func withIdem(store *memstore.Store) func(http.Handler) http.Handler {
 }
 
 func TestCheckPassesAgainstTheLibrary(t *testing.T) {
-	store := memstore.New()
-	a, b := server(t, withIdem(store)), server(t, withIdem(store)) // two instances, one store
+	store, n := memstore.New(), &atomic.Int64{}
+	a, b := server(t, withIdem(store), n), server(t, withIdem(store), n) // two instances, one store
 	body := filepath.Join(t.TempDir(), "order.json")
 	require.NoError(t, os.WriteFile(body, []byte(`{"item":"book","ref":"{{unique}}"}`), 0o600))
 	args := []string{"check", "-url", a + "/v1/orders", "-url", b + "/v1/orders", "-body", "@" + body,
-		"-header", "Authorization: Bearer test", "-get", "/v1/orders", "-fail-header", "X-Fail: 1"}
+		"-header", "Authorization: Bearer test", "-get", "/v1/orders", "-fail-header", "X-Fail: 1", "-count", "/v1/orders"}
 	out, stderr, code := idem(t, args...)
 	require.Equal(t, 0, code, out+stderr)
 	assert.Contains(t, out, "idem check: POST /v1/orders on "+a+", "+b)
@@ -78,9 +78,11 @@ func TestCheckPassesAgainstTheLibrary(t *testing.T) {
 }
 
 func TestCheckFailsAgainstARouteWithoutIdempotency(t *testing.T) {
-	url := server(t, func(h http.Handler) http.Handler { return h })
-	out, _, code := idem(t, "check", "-url", url+"/v1/orders", "-body", `{"item":"book"}`, "-header", "Authorization: Bearer test")
+	url := server(t, func(h http.Handler) http.Handler { return h }, &atomic.Int64{})
+	out, _, code := idem(t, "check", "-url", url+"/v1/orders", "-body", `{"item":"book"}`, "-header", "Authorization: Bearer test",
+		"-count", "/v1/orders", "-count-field", "orders")
 	assert.Equal(t, 1, code)
+	assert.Contains(t, out, "side effects after 20 concurrent requests with one key: want +1, got +20")
 	assert.Contains(t, out, "FAIL  missing-key")
 	assert.Contains(t, out, "want 400 problem (application/problem+json, type …key-missing); got 201")
 	assert.Contains(t, out, "FAILED: 1 passed, 5 failed, 2 skipped")
@@ -91,9 +93,30 @@ func TestCheckFailsAgainstARouteWithoutIdempotency(t *testing.T) {
 }
 
 func TestCheckFailsAgainstPerInstanceStores(t *testing.T) {
-	a, b := server(t, withIdem(memstore.New())), server(t, withIdem(memstore.New()))
+	n := &atomic.Int64{}
+	a, b := server(t, withIdem(memstore.New()), n), server(t, withIdem(memstore.New()), n)
 	out, _, code := idem(t, "check", "-url", a+"/v1/orders", "-url", b+"/v1/orders", "-body", `{"item":"book"}`,
 		"-header", "Authorization: Bearer test")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, "FAIL  replay")
+}
+
+func TestCheckFailsWhenTheCounterFails(t *testing.T) {
+	url := server(t, withIdem(memstore.New()), &atomic.Int64{})
+	out, _, code := idem(t, "check", "-url", url+"/v1/orders", "-header", "Authorization: Bearer test", "-count", "/v1/nothing")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, "stopped early: counting side effects with GET /v1/nothing: status 404")
+}
+
+func TestCountJSON(t *testing.T) {
+	for body, want := range map[string]int{`3`: 3, `[1,2]`: 2, `{"orders":[1,2,3],"next":null}`: 3, `{"orders":4}`: 4} {
+		n, err := countJSON([]byte(body), "")
+		require.NoError(t, err, body)
+		assert.Equal(t, want, n, body)
+	}
+	n, err := countJSON([]byte(`{"total":7,"items":[1]}`), "total")
+	require.NoError(t, err)
+	assert.Equal(t, 7, n)
+	_, err = countJSON([]byte(`{"a":[],"b":[]}`), "")
+	assert.ErrorContains(t, err, "name one with -count-field")
 }

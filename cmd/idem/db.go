@@ -158,7 +158,8 @@ func open(ctx context.Context, u dbURL, table string, retention time.Duration, c
 	ctx, cancel := context.WithTimeout(ctx, connectWait)
 	defer cancel()
 	unreachable := func(err error) error {
-		if ctx.Err() != nil {
+		var ne net.Error
+		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
 			return fmt.Errorf("cannot reach %s at %s within %s: %w", u.dialect, u.shown, connectWait, err)
 		}
 		return fmt.Errorf("cannot connect to %s at %s: %w", u.dialect, u.shown, err)
