@@ -6,9 +6,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem/idemtest"
 )
 
 const (
@@ -38,11 +39,10 @@ func TestExamples(t *testing.T) {
 			{"InvalidBodyStoredAndReplayed", testInvalidBody},
 			{"BodyTooLargeNotStored", testBodyTooLarge},
 			{"PayloadMismatch", testPayloadMismatch},
-			{"ParallelDuplicates", testParallelDuplicates},
+			{"Conformance", testConformance},
 			{"CrossAccount", testCrossAccount},
 			{"GetOrders", testGetOrders},
 			{"Payments", testPayments},
-			{"ParallelDuplicatePayments", testParallelPayments},
 			{"GetIgnoresKey", testGetIgnoresKey},
 		} {
 			if !t.Run(c.name, func(t *testing.T) { c.f(t, s) }) {
@@ -253,67 +253,26 @@ func testPayloadMismatch(t *testing.T, s *server) {
 	}
 }
 
-// duplicates sends n identical requests at once and requires exactly one to run (201,
-// not replayed); each other one is its replay, or a 409 problem with Retry-After: 1
-// while the first is in progress. It returns the response that ran.
-func duplicates(t *testing.T, s *server, n int, path, acct, key, body string) *response {
-	t.Helper()
-	var wg sync.WaitGroup
-	gate := make(chan struct{})
-	got := make([]*response, n)
-	errs := make([]error, n)
-	for i := range n {
-		wg.Go(func() {
-			<-gate
-			got[i], errs[i] = s.try(http.MethodPost, path, body,
-				"Content-Type", "application/json", "X-Account-ID", acct, "Idempotency-Key", key)
+// testConformance runs idemtest's verification list on both keyed routes, counting the
+// side effect through the API (the orders, the provider's charges): missing and
+// malformed keys, replay, changed body, 20 concurrent duplicates making one order or one
+// charge, GET untouched.
+func testConformance(t *testing.T, s *server) {
+	for _, c := range []struct{ path, body, count, list string }{
+		{"/v1/orders", book, "/v1/orders", "orders"},
+		{"/v1/payments", payment, "/v1/provider/charges", "charges"},
+	} {
+		acct := newAccount()
+		idemtest.Check(t, idemtest.Target{
+			URLs:        []string{s.url},
+			Client:      s.client,
+			Path:        c.path,
+			GetPath:     c.path,
+			Header:      http.Header{"X-Account-Id": {acct}},
+			Body:        func(int) []byte { return []byte(c.body) },
+			SideEffects: func() int { return len(list(t, s.get(t, c.count, acct), c.list)) },
 		})
 	}
-	close(gate)
-	wg.Wait()
-	var fresh *response
-	for i, r := range got {
-		if errs[i] != nil {
-			t.Fatalf("request %d: %v", i, errs[i])
-		}
-		if r.Status == http.StatusCreated && r.Header.Get("Idempotent-Replayed") == "" {
-			if fresh != nil {
-				t.Fatalf("two requests ran:\n%s\n%s", fresh, r)
-			}
-			fresh = r
-		}
-	}
-	if fresh == nil {
-		t.Fatalf("no request ran: %v", got)
-	}
-	conflicts := 0
-	for _, r := range got {
-		switch {
-		case r == fresh:
-		case r.Status == http.StatusConflict:
-			conflicts++
-			requireProblem(t, r, http.StatusConflict)
-			if ra := r.Header.Get("Retry-After"); ra != "1" {
-				t.Fatalf("409 with Retry-After %q, want 1", ra)
-			}
-		default:
-			requireReplay(t, fresh, r)
-		}
-	}
-	t.Logf("%d duplicates: 1 ran, %d replayed, %d got 409", n, n-1-conflicts, conflicts)
-	requireReplay(t, fresh, s.post(t, path, acct, key, body))
-	return fresh
-}
-
-// testParallelDuplicates: 20 identical orders at once make one order.
-func testParallelDuplicates(t *testing.T, s *server) {
-	acct := newAccount()
-	fresh := duplicates(t, s, 20, "/v1/orders", acct, newKey(), book)
-	orders := list(t, s.get(t, "/v1/orders", acct), "orders")
-	if len(orders) != 1 {
-		t.Fatalf("%d orders after 20 duplicates, want 1", len(orders))
-	}
-	requireSameFields(t, orders[0], fresh.Body)
 }
 
 // testCrossAccount: keys are per account; accounts see only their own rows.
@@ -432,16 +391,6 @@ func requireOneCharge(t *testing.T, s *server, acct, key, id string, amount int)
 		(id != "" && str(t, charges[0], "id") != id) {
 		t.Fatalf("charge %s, want id %s, idempotency_key %s:charge, amount_cents %d", charges[0], id, key, amount)
 	}
-}
-
-// testParallelPayments: identical payments at once make one payment and one charge.
-func testParallelPayments(t *testing.T, s *server) {
-	acct, key := newAccount(), newKey()
-	fresh := duplicates(t, s, 10, "/v1/payments", acct, key, payment)
-	if n := len(list(t, s.get(t, "/v1/payments", acct), "payments")); n != 1 {
-		t.Fatalf("%d payments after 10 duplicates, want 1", n)
-	}
-	requireOneCharge(t, s, acct, key, str(t, fresh.Body, "charge_id"), 1250)
 }
 
 // testGetIgnoresKey: GET takes no part in the protocol, whatever key it carries.
