@@ -1,0 +1,97 @@
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+	"github.com/stretchr/testify/assert"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/ginidem"
+)
+
+// The README's two recipes for an app whose routes are not all keyed, run as tests.
+// The regions between "snippet" markers are the README's text (internal/doccheck
+// compares them).
+
+// counting is a handler that counts its runs and answers 201.
+func counting(runs *int) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		*runs++
+		c.JSON(http.StatusCreated, gin.H{"run": *runs})
+	}
+}
+
+func post(r http.Handler, path, key string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(`{}`))
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	rec := httptest.NewRecorder()
+	r.ServeHTTP(rec, req)
+	return rec
+}
+
+// TestRecipeSkipper: mounted on the whole app, the middleware keys every POST and PATCH;
+// a Skipper on c.FullPath() (the route pattern, not the raw path) lets /login through.
+func TestRecipeSkipper(t *testing.T) {
+	gin.SetMode(gin.TestMode)
+	store := memstore.New()
+	var logins, orders int
+	login, createOrder := counting(&logins), counting(&orders)
+	r := gin.New()
+	r.Use(func(c *gin.Context) { c.Set("account", "alice") }) // your auth
+
+	// snippet:begin skipper
+	r.Use(ginidem.New(ginidem.Config{
+		Scope:   func(c *gin.Context) string { return c.GetString("account") },
+		Skipper: func(c *gin.Context) bool { return c.FullPath() == "/login" },
+		Config:  core.Config{Store: store},
+	}))
+	r.POST("/login", login)        // not keyed
+	r.POST("/orders", createOrder) // keyed: 400 without an Idempotency-Key
+	// snippet:end skipper
+
+	assert.Equal(t, http.StatusCreated, post(r, "/login", "").Code)
+	assert.Equal(t, http.StatusCreated, post(r, "/login", "").Code)
+	assert.Equal(t, 2, logins, "/login runs every time, without a key")
+	assert.Equal(t, http.StatusBadRequest, post(r, "/orders", "").Code)
+	assert.Equal(t, http.StatusCreated, post(r, "/orders", "k1").Code)
+	assert.Equal(t, "true", post(r, "/orders", "k1").Header().Get("Idempotent-Replayed"))
+	assert.Equal(t, 1, orders)
+}
+
+// TestRecipeKeyOptional: mounted per route, one route can take a key without requiring
+// one: with a key it runs once and replays; without one it runs every time.
+func TestRecipeKeyOptional(t *testing.T) {
+	gin.SetMode(gin.TestMode)
+	store := memstore.New()
+	var orders, carts int
+	createOrder, addToCart := counting(&orders), counting(&carts)
+	r := gin.New()
+	auth := func(c *gin.Context) { c.Set("account", "alice") }
+
+	// snippet:begin optional
+	scope := func(c *gin.Context) string { return c.GetString("account") }
+	required := ginidem.New(ginidem.Config{Scope: scope, Config: core.Config{Store: store}})
+	optional := ginidem.New(ginidem.Config{Scope: scope, Config: core.Config{Store: store, KeyOptional: true}})
+
+	v1 := r.Group("/v1", auth)
+	v1.POST("/orders", required, createOrder) // 400 without a key
+	v1.POST("/carts", optional, addToCart)    // a key is honoured when sent
+	// snippet:end optional
+
+	assert.Equal(t, http.StatusBadRequest, post(r, "/v1/orders", "").Code)
+	assert.Equal(t, 0, orders)
+	assert.Equal(t, http.StatusCreated, post(r, "/v1/carts", "").Code)
+	assert.Equal(t, http.StatusCreated, post(r, "/v1/carts", "").Code)
+	assert.Equal(t, 2, carts, "without a key the route runs every time")
+	assert.Equal(t, http.StatusCreated, post(r, "/v1/carts", "c1").Code)
+	assert.Equal(t, "true", post(r, "/v1/carts", "c1").Header().Get("Idempotent-Replayed"))
+	assert.Equal(t, 3, carts, "with a key it runs once")
+}
