@@ -27,8 +27,23 @@
 //	accountOf := func(r *http.Request) string { return r.Header.Get("X-Account-ID") }
 //	http.Handle("POST /orders", eng.Middleware(accountOf)(http.HandlerFunc(createOrder)))
 //
-// Gin and Echo users mount ginidem and echoidem instead; pgxstore and gormstore share
-// the handler's transaction (pgxstore.Tx, gormstore.DB).
+// Wrap only the routes that need a key (a handled request without one is a 400 unless
+// Config.KeyOptional is set); methods outside Config.Methods (POST and PATCH by default)
+// pass through untouched. Gin and Echo users mount ginidem and echoidem instead, on the
+// group of routes that need it; pgxstore and gormstore share the handler's transaction
+// (pgxstore.Tx, gormstore.DB). examples/quickstart is a whole program (Gin, pgxstore).
+//
+// The scope names the caller a key belongs to (account, API key, tenant): keys never
+// collide across scopes. It is called only for keyed requests, so the middleware must
+// run after authentication. A scope of "" fails closed: the handler does not run,
+// nothing is stored, the client gets a 500 problem of kind ProblemMisconfigured and the
+// logger an error naming the route, rather than one key space shared by every caller. A
+// single-tenant API returns a constant.
+//
+// Refusals are RFC 9457 problems, one ProblemKind each with a fixed status and title.
+// Their type URI is Config.ProblemBase followed by the kind; by default
+// (DefaultProblemBase) it links to this repository's docs/problems.md, which says for
+// each kind what happened and what the client should do.
 //
 // The package serves three readers. Application code uses Config, Middleware,
 // Operation (phases and derived keys), Sweeper, Hooks, the problems and the errors.

@@ -10,19 +10,55 @@
 // has recorded (and, in atomic mode, committed) the outcome.
 //
 //	e := echo.New()
-//	e.Use(middleware.Recover(), auth)
-//	api := e.Group("/api", echoidem.NewWithConfig(echoidem.Config{
-//		Scope:  func(c echo.Context) string { return c.Get("account").(string) },
-//		Config: core.Config{Store: store}, // a pgxstore, gormstore or memstore (tests) Store
+//	e.Use(middleware.Recover())
+//	scope := func(c echo.Context) string { s, _ := c.Get("account").(string); return s } // set by auth
+//	v1 := e.Group("/v1", auth, echoidem.New(store, scope)) // a pgxstore, gormstore or memstore (tests) Store
+//	v1.POST("/orders", createOrder)
+//
+// New(store, scope) takes every default; NewWithConfig takes a Config for the rest
+// (Skipper, and the engine's options in core.Config):
+//
+//	mw := echoidem.NewWithConfig(echoidem.Config{
+//		Scope:  scope,
+//		Config: core.Config{Store: store, Mode: core.ModePhased},
+//	})
+//
+// # Which requests are keyed
+//
+// The middleware handles the methods in core.Config.Methods (POST and PATCH by default)
+// and lets every other request through untouched; a handled request without a key is a
+// 400 problem unless core.Config.KeyOptional is set. Mounted with e.Use it therefore
+// keys every POST and PATCH of the app, so a /login or a webhook route would get 400.
+// Mount it on the group that needs it, as above, or on single routes (e.POST("/orders",
+// h, mw)). Two recipes for the rest:
+//
+//	// Mounted on the whole app, skip routes by their pattern:
+//	e.Use(echoidem.NewWithConfig(echoidem.Config{
+//		Skipper: func(c echo.Context) bool { return c.Path() == "/login" },
+//		Scope:   scope,
+//		Config:  core.Config{Store: store},
 //	}))
-//	api.POST("/orders", createOrder)
 //
-// echoidem.New(store) is the short form for a single-tenant API: it puts every caller in
-// one scope, so the same key sent by two clients is one operation. A multi-tenant API
-// must set Scope (your authentication middleware must then run first).
+//	// One route that honours a key without requiring one:
+//	optional := echoidem.NewWithConfig(echoidem.Config{Scope: scope, Config: core.Config{Store: store, KeyOptional: true}})
+//	v1.POST("/carts", addToCart, optional)
 //
-// Mount it with e.Use, on a group or on a single route (e.POST("/orders", h, mw));
-// Skipper, core.Config.Methods and core.Config.Skip let requests through untouched.
+// Skipper runs before any key is read; c.Path() is the route pattern ("/orders/:id"),
+// and a middleware.Skipper fits. Mount exactly one idempotency middleware in front of
+// each route: a group's and a route's in a row would both claim the key.
+//
+// # Scope
+//
+// The scope is required: keys live per scope, so a multi-tenant API must return the
+// caller's identity, set by your authentication middleware, which must therefore run
+// first. It is called only for keyed requests. A scope of "" (the middleware runs
+// before authentication, or c.Get("account") was never set) fails closed: the handler
+// does not run, nothing is stored, the client gets a 500 problem of kind
+// core.ProblemMisconfigured and the logger an error naming the route. Read the account
+// with a checked type assertion as above: c.Get(…).(string) unchecked panics when it is
+// unset. A single-tenant API returns a constant.
+//
+// # The handler's response
 //
 // Middleware that rewrites the response body (compression) belongs before echoidem, so
 // that what is held, recorded and replayed is the handler's plain response: a

@@ -10,19 +10,51 @@
 // committed) the outcome.
 //
 //	r := gin.New()
-//	r.Use(gin.Recovery(), auth)
-//	api := r.Group("/api")
-//	api.Use(ginidem.New(ginidem.Config{
+//	r.Use(gin.Recovery())
+//	v1 := r.Group("/v1", auth, ginidem.New(ginidem.Config{ // auth sets c.Set("account", …)
 //		Scope:  func(c *gin.Context) string { return c.GetString("account") },
 //		Config: core.Config{Store: store}, // a pgxstore, gormstore or memstore (tests) Store
 //	}))
-//	api.POST("/orders", createOrder)
+//	v1.POST("/orders", createOrder)
 //
-// Mount it on the engine, a group or a single route (r.POST("/orders", mw, h)); methods
-// not in core.Config.Methods, and requests core.Config.Skip skips, pass through untouched.
+// examples/quickstart is a whole program built this way (Gin, pgxstore, auth, sweeper,
+// graceful shutdown).
+//
+// # Which requests are keyed
+//
+// The middleware handles the methods in core.Config.Methods (POST and PATCH by default)
+// and lets every other request through untouched; a handled request without a key is a
+// 400 problem unless core.Config.KeyOptional is set. Mounted with r.Use on the whole
+// engine it therefore keys every POST and PATCH of the app, so a /login or a webhook
+// route would get 400. Mount it on the group that needs it, as above, or on single
+// routes (r.POST("/orders", mw, h)). Two recipes for the rest:
+//
+//	// Mounted on the whole app, skip routes by their pattern:
+//	r.Use(ginidem.New(ginidem.Config{
+//		Scope:   scope,
+//		Skipper: func(c *gin.Context) bool { return c.FullPath() == "/login" },
+//		Config:  core.Config{Store: store},
+//	}))
+//
+//	// One route that honours a key without requiring one:
+//	optional := ginidem.New(ginidem.Config{Scope: scope, Config: core.Config{Store: store, KeyOptional: true}})
+//	v1.POST("/carts", optional, addToCart)
+//
+// Skipper runs before any key is read and sees the *gin.Context, so c.FullPath() (the
+// route pattern, "/orders/:id") and what earlier middleware stored are available.
+// Mount exactly one idempotency middleware in front of each route: a group's and a
+// route's in a row would both claim the key.
+//
+// # Scope
 //
 // Scope is required: keys live per scope, so a multi-tenant API must return the caller's
-// identity (set by your authentication middleware, which must therefore run first).
+// identity, set by your authentication middleware, which must therefore run first. It is
+// called only for keyed requests. A scope of "" (the middleware runs before
+// authentication, or the account was never set) fails closed: the handler does not run,
+// nothing is stored, the client gets a 500 problem of kind core.ProblemMisconfigured and
+// the logger an error naming the route. A single-tenant API returns a constant.
+//
+// # The handler's response
 //
 // Middleware that rewrites the response body (compression) belongs before ginidem, so
 // that what is held, recorded and replayed is the handler's plain response: a
