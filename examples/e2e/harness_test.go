@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idem/internal/testdb"
 )
@@ -91,6 +94,24 @@ var storages = []storage{
 		url, _ := testdb.PostgresSchema(t)
 		return t.TempDir(), []string{"DATABASE_URL=" + url, "IDEM_STORE=gorm"}
 	}},
+	{"mariadb", func(t *testing.T) (string, []string) {
+		return t.TempDir(), []string{"DATABASE_URL=" + mysqlURL(t)} // gormstore: the only store for MySQL
+	}},
+}
+
+// mysqlURL creates a database of the test's own on the MariaDB/MySQL server and returns
+// it as the mysql:// URL the README documents (the servers take the DSN form too).
+func mysqlURL(t *testing.T) string {
+	dsn, _ := testdb.MySQLDatabase(t) // fails the test when MariaDB is unreachable
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatalf("parse %s: %v", dsn, err)
+	}
+	u := url.URL{Scheme: "mysql", User: url.User(cfg.User), Host: cfg.Addr, Path: "/" + cfg.DBName}
+	if cfg.Passwd != "" {
+		u.User = url.UserPassword(cfg.User, cfg.Passwd)
+	}
+	return u.String()
 }
 
 // eachExample runs f as a parallel subtest for every app on every storage.

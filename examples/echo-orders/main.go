@@ -1,10 +1,16 @@
 // Command echo-orders is idem's demo server on Echo v4: an orders and payments API whose
 // POST routes are safe to retry with an Idempotency-Key. It serves the HTTP contract of
-// examples-contract.md, as examples/gin-orders does on Gin; the domain lives in
+// examples/README.md, as examples/gin-orders does on Gin; the domain lives in
 // examples/internal/demo, so this file is only Echo wiring.
 //
 //	go run ./examples/echo-orders                      # SQLite file orders.db, 127.0.0.1:8080
 //	DATABASE_URL=postgres://… go run ./examples/echo-orders -store gorm
+//	go run ./examples/echo-orders -db mysql://root@127.0.0.1:3306/test   # MySQL or MariaDB
+//
+// To stop it with a signal or see its exit status, build it and run the binary (go run
+// is a separate process, and reports any failure as status 1):
+//
+//	go build -o /tmp/echo-orders ./examples/echo-orders && /tmp/echo-orders -crash-after charge_created
 //
 // Flags (and environment): -addr (ADDR), -db (DATABASE_URL), -store pgx|gorm
 // (IDEM_STORE), -lease (IDEM_LEASE), -crash-after PHASE (IDEM_CRASH_AFTER), -log-level

@@ -3,10 +3,12 @@ package demo
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/glebarez/sqlite"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -24,15 +26,15 @@ const poolSize = 8
 // failing at once; NORMAL sync, which WAL keeps crash-safe.
 const sqliteParams = "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=synchronous(NORMAL)"
 
-// backend is one of the three ways the demo stores its data: SQLite through GORM, or
-// PostgreSQL through pgx or GORM.
+// backend is one of the four ways the demo stores its data: SQLite or MySQL/MariaDB
+// through GORM, or PostgreSQL through pgx or GORM.
 type backend struct {
-	name     string // "sqlite (gorm)", "postgres (pgx)", "postgres (gorm)"
-	postgres bool   // SQL dialect: PostgreSQL, or else SQLite
-	store    storage.Store
-	migrate  func(ctx context.Context) error // the key table
-	db       querier                         // the plain pool: reads
-	begin    func(ctx context.Context) (txQuerier, error)
+	name    string // "sqlite (gorm)", "postgres (pgx)", "postgres (gorm)", "mysql (gorm)"
+	dialect string // SQL dialect: kindSQLite, kindPostgres or kindMySQL
+	store   storage.Store
+	migrate func(ctx context.Context) error // the key table
+	db      querier                         // the plain pool: reads
+	begin   func(ctx context.Context) (txQuerier, error)
 	// tx returns the request's idempotency transaction (pgxstore.Tx, gormstore.DB): the
 	// claim's in atomic mode, a phase's inside a phase, the final one otherwise.
 	tx    func(ctx context.Context) (querier, error)
@@ -49,13 +51,19 @@ func openBackend(ctx context.Context, cfg Config) (*backend, error) {
 		if err != nil {
 			return nil, fmt.Errorf("open SQLite file %s: %w", target, err)
 		}
-		return gormBackend("sqlite (gorm) file "+target, false, db)
+		return gormBackend("sqlite (gorm) file "+target, kindSQLite, db)
+	case kind == kindMySQL:
+		db, err := gorm.Open(mysql.Open(target), &gorm.Config{Logger: logger.Discard})
+		if err != nil {
+			return nil, fmt.Errorf("connect to MySQL at %s: %w", redact(target), err)
+		}
+		return gormBackend("mysql (gorm)", kindMySQL, db)
 	case cfg.Store == StoreGorm:
 		db, err := gorm.Open(postgres.Open(target), &gorm.Config{Logger: logger.Discard})
 		if err != nil {
 			return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", redact(target), err)
 		}
-		return gormBackend("postgres (gorm)", true, db)
+		return gormBackend("postgres (gorm)", kindPostgres, db)
 	default:
 		pc, err := pgxpool.ParseConfig(target)
 		if err != nil {
@@ -74,11 +82,11 @@ func openBackend(ctx context.Context, cfg Config) (*backend, error) {
 		}
 		store := pgxstore.New(pool)
 		return &backend{
-			name:     "postgres (pgx)",
-			postgres: true,
-			store:    store,
-			migrate:  store.Migrate,
-			db:       pgxQ{pool},
+			name:    "postgres (pgx)",
+			dialect: kindPostgres,
+			store:   store,
+			migrate: store.Migrate,
+			db:      pgxQ{pool},
 			begin: func(ctx context.Context) (txQuerier, error) {
 				tx, err := pool.Begin(ctx)
 				if err != nil {
@@ -98,7 +106,7 @@ func openBackend(ctx context.Context, cfg Config) (*backend, error) {
 	}
 }
 
-func gormBackend(name string, postgres bool, db *gorm.DB) (*backend, error) {
+func gormBackend(name, dialect string, db *gorm.DB) (*backend, error) {
 	sqlDB, err := db.DB()
 	if err != nil {
 		return nil, err
@@ -111,11 +119,11 @@ func gormBackend(name string, postgres bool, db *gorm.DB) (*backend, error) {
 	}
 	store := gormstore.New(db)
 	return &backend{
-		name:     name,
-		postgres: postgres,
-		store:    store,
-		migrate:  store.Migrate,
-		db:       gormQ{db},
+		name:    name,
+		dialect: dialect,
+		store:   store,
+		migrate: store.Migrate,
+		db:      gormQ{db},
 		begin: func(ctx context.Context) (txQuerier, error) {
 			tx := db.WithContext(ctx).Begin()
 			if tx.Error != nil {
@@ -134,21 +142,51 @@ func gormBackend(name string, postgres bool, db *gorm.DB) (*backend, error) {
 	}, nil
 }
 
-// createdAt is the value a created_at column stores: a timestamptz on PostgreSQL, the
-// printed text on SQLite (which has no time type).
+// createdAt is the value a created_at column stores: a timestamptz on PostgreSQL, a
+// DATETIME(3) in UTC on MySQL, the printed text on SQLite (which has no time type).
 func (b *backend) createdAt(t time.Time) any {
-	if b.postgres {
-		return t
+	if b.dialect == kindSQLite {
+		return formatTime(t)
 	}
-	return formatTime(t)
+	return t
+}
+
+// insertID runs an INSERT of one row on q and returns the row's generated id: with
+// RETURNING id on PostgreSQL and SQLite, with LAST_INSERT_ID() on MySQL, which has no
+// RETURNING (MariaDB has; MySQL has not). q is a transaction, so the second statement
+// runs on the first one's connection.
+func (b *backend) insertID(ctx context.Context, q querier, insert string, args ...any) (int64, error) {
+	var id int64
+	if b.dialect != kindMySQL {
+		err := q.QueryRow(ctx, insert+` RETURNING id`, args...).Scan(&id)
+		return id, err
+	}
+	if err := q.Exec(ctx, insert, args...); err != nil {
+		return 0, err
+	}
+	err := q.QueryRow(ctx, `SELECT LAST_INSERT_ID()`).Scan(&id)
+	return id, err
+}
+
+// upsert is the dialect's "INSERT … ON CONFLICT (cols) DO UPDATE SET col = the new
+// value" (set "" for DO NOTHING), appended to an INSERT statement.
+func (b *backend) upsert(conflict, set string) string {
+	if b.dialect == kindMySQL {
+		if set == "" {
+			col, _, _ := strings.Cut(conflict, ",")
+			return ` ON DUPLICATE KEY UPDATE ` + col + ` = ` + col // a no-op update: no error, no change
+		}
+		return ` ON DUPLICATE KEY UPDATE ` + set + ` = VALUES(` + set + `)`
+	}
+	if set == "" {
+		return ` ON CONFLICT (` + conflict + `) DO NOTHING`
+	}
+	return ` ON CONFLICT (` + conflict + `) DO UPDATE SET ` + set + ` = excluded.` + set
 }
 
 // createSchema creates the business tables when missing, then the key table.
 func (b *backend) createSchema(ctx context.Context) error {
-	ddl := sqliteSchema
-	if b.postgres {
-		ddl = postgresSchema
-	}
+	ddl := map[string][]string{kindSQLite: sqliteSchema, kindPostgres: postgresSchema, kindMySQL: mysqlSchema}[b.dialect]
 	for _, stmt := range ddl {
 		if err := b.db.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("create schema: %w", err)
@@ -233,4 +271,43 @@ var sqliteSchema = []string{
 		created_at TEXT NOT NULL,
 		UNIQUE (account, idempotency_key)
 	)`,
+}
+
+// mysqlSchema is for InnoDB on MySQL 8 and MariaDB 10.6 or later. Accounts and keys are
+// VARBINARY, compared byte for byte like the key table's (a utf8mb4 VARCHAR would make
+// "Alice" and "alice" one account); created_at holds UTC to the millisecond.
+var mysqlSchema = []string{
+	`CREATE TABLE IF NOT EXISTS orders (
+		id BIGINT AUTO_INCREMENT PRIMARY KEY,
+		account VARBINARY(255) NOT NULL,
+		item TEXT NOT NULL,
+		quantity BIGINT NOT NULL CHECK (quantity >= 1),
+		created_at DATETIME(3) NOT NULL,
+		INDEX orders_account_id (account, id)
+	) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
+	`CREATE TABLE IF NOT EXISTS payments (
+		id BIGINT AUTO_INCREMENT PRIMARY KEY,
+		account VARBINARY(255) NOT NULL,
+		amount_cents BIGINT NOT NULL CHECK (amount_cents >= 1),
+		currency TEXT NOT NULL,
+		charge_id VARCHAR(64) NOT NULL,
+		created_at DATETIME(3) NOT NULL,
+		INDEX payments_account_id (account, id)
+	) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
+	`CREATE TABLE IF NOT EXISTS payment_charges (
+		account VARBINARY(255) NOT NULL,
+		idempotency_key VARBINARY(255) NOT NULL,
+		charge_id VARCHAR(64) NOT NULL,
+		PRIMARY KEY (account, idempotency_key)
+	) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
+	`CREATE TABLE IF NOT EXISTS provider_charges (
+		seq BIGINT AUTO_INCREMENT PRIMARY KEY,
+		id VARCHAR(64) NOT NULL UNIQUE,
+		account VARBINARY(255) NOT NULL,
+		idempotency_key VARBINARY(300) NOT NULL,
+		amount_cents BIGINT NOT NULL,
+		currency TEXT NOT NULL,
+		created_at DATETIME(3) NOT NULL,
+		UNIQUE (account, idempotency_key)
+	) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
 }

@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/pgxstore"
@@ -35,11 +39,13 @@ const DefaultSQLiteFile = "orders.db"
 type Config struct {
 	// Addr is the listen address (-addr, ADDR). Default: 127.0.0.1:8080.
 	Addr string
-	// DB is the database (-db, DATABASE_URL): a postgres:// or postgresql:// URL, or
-	// "sqlite:PATH". Default: "" (the SQLite file orders.db in the working directory).
+	// DB is the database (-db, DATABASE_URL): a postgres:// or postgresql:// URL, a
+	// mysql://user:password@host:port/database URL or a go-sql-driver DSN
+	// (user:password@tcp(host:port)/database) for MySQL or MariaDB, or "sqlite:PATH".
+	// Default: "" (the SQLite file orders.db in the working directory).
 	DB string
 	// Store picks the store for a PostgreSQL database (-store, IDEM_STORE): pgx or gorm.
-	// SQLite always uses gorm. Default: pgx.
+	// SQLite and MySQL/MariaDB always use gorm. Default: pgx.
 	Store string
 	// Lease is how long an in-progress payment blocks takeover (-lease, IDEM_LEASE).
 	// Default: 60s.
@@ -57,18 +63,63 @@ type Config struct {
 const (
 	kindSQLite   = "sqlite"
 	kindPostgres = "postgres"
+	kindMySQL    = "mysql"
 )
 
-// database returns the kind of c.DB and what to open: the SQLite file or the URL.
+// database returns the kind of c.DB and what to open: the SQLite file, the PostgreSQL
+// URL or the MySQL DSN. A kind of "" is a setting the demo cannot use.
 func (c Config) database() (kind, target string) {
 	switch {
 	case c.DB == "":
 		return kindSQLite, DefaultSQLiteFile
 	case strings.HasPrefix(c.DB, "sqlite:"):
 		return kindSQLite, strings.TrimPrefix(c.DB, "sqlite:")
-	default:
+	case strings.HasPrefix(c.DB, "postgres://"), strings.HasPrefix(c.DB, "postgresql://"):
 		return kindPostgres, c.DB
+	case isMySQL(c.DB):
+		if dsn, err := mysqlDSN(c.DB); err == nil {
+			return kindMySQL, dsn
+		}
 	}
+	return "", c.DB
+}
+
+// mysqlDSN turns a mysql:// URL or a go-sql-driver DSN into the DSN the demo opens:
+// parseTime on and times in UTC, since the demo's created_at columns are DATETIME(3)
+// holding UTC.
+func mysqlDSN(s string) (string, error) {
+	if rest, ok := strings.CutPrefix(s, "mysql://"); ok {
+		u, err := url.Parse("mysql://" + rest)
+		if ue := (*url.Error)(nil); errors.As(err, &ue) {
+			return "", ue.Err // url.Error repeats the URL, password included
+		}
+		host := u.Host
+		if u.Port() == "" {
+			host = net.JoinHostPort(u.Hostname(), "3306")
+		}
+		cfg := mysql.NewConfig()
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+		cfg.Net, cfg.Addr, cfg.DBName = "tcp", host, strings.TrimPrefix(u.Path, "/")
+		if cfg.DBName == "" {
+			return "", errors.New("the URL names no database")
+		}
+		// The query holds driver options (tls, timeout…) as in a DSN: let the driver read them.
+		parsed, err := mysql.ParseDSN(cfg.FormatDSN() + "?" + u.RawQuery)
+		if err != nil {
+			return "", err
+		}
+		s = parsed.FormatDSN()
+	}
+	cfg, err := mysql.ParseDSN(s)
+	if err != nil {
+		return "", err
+	}
+	if cfg.DBName == "" {
+		return "", errors.New("the DSN names no database")
+	}
+	cfg.ParseTime, cfg.Loc = true, time.UTC
+	return cfg.FormatDSN(), nil
 }
 
 // ParseConfig reads the configuration of the example called name from its arguments
@@ -99,8 +150,8 @@ func ParseConfig(name string, args []string, getenv func(string) string, out io.
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&c.Addr, "addr", c.Addr, "listen `address` (env ADDR)")
-	fs.StringVar(&c.DB, "db", c.DB, "database: a postgres:// URL, or sqlite:PATH (env DATABASE_URL; default: the SQLite file "+DefaultSQLiteFile+" in the working directory)")
-	fs.StringVar(&c.Store, "store", c.Store, "store for a PostgreSQL database: pgx or gorm (env IDEM_STORE)")
+	fs.StringVar(&c.DB, "db", c.DB, "database: a postgres:// URL, a mysql:// URL or DSN (MySQL, MariaDB), or sqlite:PATH (env DATABASE_URL; default: the SQLite file "+DefaultSQLiteFile+" in the working directory)")
+	fs.StringVar(&c.Store, "store", c.Store, "store for a PostgreSQL database: pgx or gorm (env IDEM_STORE; SQLite and MySQL always use gorm)")
 	fs.Func("lease", "how long an in-progress payment blocks takeover: a `duration` such as 60s (env IDEM_LEASE; default "+c.Lease.String()+")", func(s string) error {
 		d, err := parseLease(s)
 		c.Lease = d
@@ -143,26 +194,40 @@ func (c Config) validate() error {
 	case c.CrashAfter != "" && c.CrashAfter != PhaseStarted && c.CrashAfter != PhaseChargeCreated:
 		return fmt.Errorf("-crash-after: %q is not a payment phase (%s or %s)", c.CrashAfter, PhaseStarted, PhaseChargeCreated)
 	}
-	if kind, target := c.database(); kind == kindSQLite && target == "" {
+	switch kind, target := c.database(); {
+	case kind == kindSQLite && target == "":
 		return errors.New("-db: sqlite: needs a file path")
-	} else if kind == kindPostgres && !strings.HasPrefix(c.DB, "postgres://") && !strings.HasPrefix(c.DB, "postgresql://") {
-		return fmt.Errorf("-db: want a postgres:// URL or sqlite:PATH, not %q", redact(c.DB))
+	case kind == "" && isMySQL(c.DB):
+		_, err := mysqlDSN(c.DB)
+		return fmt.Errorf("-db: %q is not a usable MySQL URL or DSN: %v", redact(c.DB), err)
+	case kind == "":
+		return fmt.Errorf("-db: want a postgres:// URL, a mysql:// URL or DSN, or sqlite:PATH, not %q", redact(c.DB))
 	}
 	return nil
 }
 
-// redact hides a password in a database URL before it is printed.
+// redact hides a password in a database URL or a MySQL DSN before it is printed.
 func redact(s string) string {
-	scheme, rest, ok := strings.Cut(s, "://")
-	if !ok {
+	prefix, rest := "", s
+	if scheme, r, ok := strings.Cut(s, "://"); ok {
+		prefix, rest = scheme+"://", r
+	}
+	at := strings.LastIndex(rest, "@") // a password may hold an @; the host does not
+	if at < 0 {
 		return s
 	}
-	userinfo, host, ok := strings.Cut(rest, "@")
-	if !ok {
+	user, _, hasPass := strings.Cut(rest[:at], ":")
+	if !hasPass {
 		return s
 	}
-	if user, _, hasPass := strings.Cut(userinfo, ":"); hasPass {
-		return scheme + "://" + user + ":xxxxx@" + host
+	return prefix + user + ":xxxxx" + rest[at:]
+}
+
+// isMySQL reports whether s is meant as a MySQL database: a mysql:// URL, or a
+// go-sql-driver DSN such as user:password@tcp(host:3306)/database.
+func isMySQL(s string) bool {
+	if strings.HasPrefix(s, "mysql://") {
+		return true
 	}
-	return s
+	return !strings.Contains(s, "://") && (strings.Contains(s, "@") || strings.Contains(s, "tcp(") || strings.Contains(s, "unix("))
 }

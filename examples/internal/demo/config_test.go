@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func env(kv ...string) func(string) string {
@@ -73,7 +76,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{nil, env("IDEM_LEASE", "soon"), "IDEM_LEASE"},
 		{[]string{"-lease", "25h"}, env(), "retention"},
 		{[]string{"-crash-after", "finished"}, env(), "-crash-after"},
-		{[]string{"-db", "mysql://root@h/db"}, env(), "-db"},
+		{[]string{"-db", "mysql://root@h"}, env(), "-db"},
+		{[]string{"-db", "mysql://root:secret@h:port/db"}, env(), "xxxxx"},
+		{[]string{"-db", "root:secret@tcp(h:3306)/"}, env(), "xxxxx"},
+		{[]string{"-db", "oracle://u@h/db"}, env(), "-db"},
 		{[]string{"-db", "sqlite:"}, env(), "-db"},
 		{[]string{"-db", "postgresx://u:secret@h/db"}, env(), "xxxxx"},
 		{[]string{"extra"}, env(), "unexpected argument"},
@@ -89,5 +95,36 @@ func TestParseConfigErrors(t *testing.T) {
 	}
 	if _, err := ParseConfig("x", []string{"-h"}, env(), io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: error %v, want flag.ErrHelp", err)
+	}
+}
+
+// TestParseConfigMySQL: a mysql:// URL or a go-sql-driver DSN selects MySQL/MariaDB
+// (through gormstore), opened with parseTime and UTC whatever the setting says.
+func TestParseConfigMySQL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ db, want string }{
+		{"mysql://root@127.0.0.1:3306/test", "root@tcp(127.0.0.1:3306)/test?parseTime=true"},
+		{"mysql://app:s%40cret@db.example/shop?timeout=5s", "app:s@cret@tcp(db.example:3306)/shop?parseTime=true&timeout=5s"},
+		{"root@tcp(127.0.0.1:3306)/test", "root@tcp(127.0.0.1:3306)/test?parseTime=true"},
+		{"root@tcp(127.0.0.1:3306)/test?parseTime=false&loc=Local", "root@tcp(127.0.0.1:3306)/test?parseTime=true"},
+	} {
+		c, err := ParseConfig("x", []string{"-db", tc.db}, env(), io.Discard)
+		require.NoError(t, err, tc.db)
+		kind, target := c.database()
+		assert.Equal(t, kindMySQL, kind, tc.db)
+		assert.Equal(t, tc.want, target, tc.db)
+	}
+}
+
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"postgres://u:secret@h/db": "postgres://u:xxxxx@h/db",
+		"mysql://u:p@ss@h/db":      "mysql://u:xxxxx@h/db",
+		"u:secret@tcp(h:3306)/db":  "u:xxxxx@tcp(h:3306)/db",
+		"postgres://u@h/db":        "postgres://u@h/db",
+		"sqlite:/tmp/orders.db":    "sqlite:/tmp/orders.db",
+	} {
+		assert.Equal(t, want, redact(in), in)
 	}
 }

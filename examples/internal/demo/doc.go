@@ -4,9 +4,13 @@
 // database and store selection, and the server's life cycle. The two servers differ only
 // in framework wiring: routes, the X-Account-ID check and the idempotency middleware.
 //
-// The HTTP contract the servers implement is examples-contract.md; run one with
+// The HTTP contract the servers implement is examples/README.md; run one with
 //
 //	go run ./examples/gin-orders
+//
+// or, to signal it or see its exit status (the crash demo exits with 3), build it first:
+//
+//	go build -o /tmp/gin-orders ./examples/gin-orders && /tmp/gin-orders
 //
 // A server's main is
 //
@@ -20,7 +24,8 @@
 //
 // Storage: without a database setting, GORM on the SQLite file orders.db in the working
 // directory (pure Go, no cgo, no server); with a postgres:// URL, pgxstore (default) or
-// gormstore (-store gorm). The business rows are written through the request's
+// gormstore (-store gorm); with a mysql:// URL or a go-sql-driver DSN, gormstore on MySQL
+// or MariaDB. The business rows are written through the request's
 // idempotency transaction (pgxstore.Tx, gormstore.DB), so they commit together with the
 // key's recorded response, or with the payment phase that writes them.
 package demo

@@ -32,9 +32,8 @@ func (a *App) CreateOrder(r *http.Request, account string) Reply {
 	}
 	o := Order{Item: in.Item, Quantity: in.Quantity}
 	created := now()
-	var id int64
-	err = tx.QueryRow(ctx, `INSERT INTO orders (account, item, quantity, created_at) VALUES (?, ?, ?, ?) RETURNING id`,
-		account, o.Item, o.Quantity, a.be.createdAt(created)).Scan(&id)
+	id, err := a.be.insertID(ctx, tx, `INSERT INTO orders (account, item, quantity, created_at) VALUES (?, ?, ?, ?)`,
+		account, o.Item, o.Quantity, a.be.createdAt(created))
 	if err != nil {
 		return a.fail(ctx, "orders: insert", err)
 	}

@@ -58,8 +58,8 @@ func (a *App) CreatePayment(r *http.Request, account string) Reply {
 		if err != nil {
 			return err
 		}
-		err = tx.Exec(ctx, `INSERT INTO payment_charges (account, idempotency_key, charge_id) VALUES (?, ?, ?)
-			ON CONFLICT (account, idempotency_key) DO UPDATE SET charge_id = excluded.charge_id`, account, op.Key(), c.ID)
+		err = tx.Exec(ctx, `INSERT INTO payment_charges (account, idempotency_key, charge_id) VALUES (?, ?, ?)`+
+			a.be.upsert("account, idempotency_key", "charge_id"), account, op.Key(), c.ID)
 		if err != nil {
 			return err
 		}
@@ -91,9 +91,8 @@ func (a *App) CreatePayment(r *http.Request, account string) Reply {
 	}
 	p := Payment{AmountCents: in.AmountCents, Currency: in.Currency, ChargeID: charge.ID}
 	created := now()
-	var id int64
-	err = tx.QueryRow(ctx, `INSERT INTO payments (account, amount_cents, currency, charge_id, created_at) VALUES (?, ?, ?, ?, ?) RETURNING id`,
-		account, p.AmountCents, p.Currency, p.ChargeID, a.be.createdAt(created)).Scan(&id)
+	id, err := a.be.insertID(ctx, tx, `INSERT INTO payments (account, amount_cents, currency, charge_id, created_at) VALUES (?, ?, ?, ?, ?)`,
+		account, p.AmountCents, p.Currency, p.ChargeID, a.be.createdAt(created))
 	if err != nil {
 		return a.fail(ctx, "payments: insert", err)
 	}

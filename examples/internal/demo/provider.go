@@ -37,7 +37,7 @@ func (p *provider) charge(ctx context.Context, account, key string, amountCents 
 		}
 	}()
 	err = tx.Exec(ctx, `INSERT INTO provider_charges (id, account, idempotency_key, amount_cents, currency, created_at)
-		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (account, idempotency_key) DO NOTHING`,
+		VALUES (?, ?, ?, ?, ?, ?)`+p.be.upsert("account, idempotency_key", ""),
 		newChargeID(), account, key, amountCents, currency, p.be.createdAt(now()))
 	if err != nil {
 		return Charge{}, fmt.Errorf("provider: insert: %w", err)

@@ -25,9 +25,11 @@ func (r Reply) Write(w http.ResponseWriter) {
 	_, _ = w.Write(r.Body)
 }
 
-// Problem type URIs of the demo's own errors (the idempotency errors are core's).
+// Problem type URIs of the demo's own errors (the idempotency errors are core's, linking
+// to docs/problems.md). Each is a section of examples/README.md, which says what happened
+// and what the client should do; TestProblemTypesAreDocumented keeps them in step.
 const (
-	ProblemTypeBase        = "https://idemkit.dev/examples/problems/"
+	ProblemTypeBase        = "https://github.com/idemkit/idem/blob/main/examples/README.md#"
 	ProblemUnauthenticated = ProblemTypeBase + "unauthenticated" // 401
 	ProblemInvalidRequest  = ProblemTypeBase + "invalid-request" // 400, stored and replayed
 	ProblemNotFound        = ProblemTypeBase + "not-found"       // 404
