@@ -122,3 +122,19 @@ func TestProblemsDocumented(t *testing.T) {
 func TestDefaultProblemBaseIsThisPage(t *testing.T) {
 	assert.Equal(t, "https://github.com/idemkit/idem/blob/main/docs/problems.md#", core.DefaultProblemBase)
 }
+
+// TestProblemLinksResolve: every link to a section of docs/problems.md in the README and
+// the docs names a section that exists.
+func TestProblemLinksResolve(t *testing.T) {
+	root := moduleRoot(t)
+	sections := problemSections(t)
+	link := regexp.MustCompile(`problems\.md#([a-z0-9-]+)`)
+	for _, doc := range []string{"README.md", "examples/README.md", "docs/phased-operations.md", "docs/problems.md"} {
+		b, err := os.ReadFile(filepath.Join(root, doc))
+		require.NoError(t, err)
+		for _, m := range link.FindAllStringSubmatch(string(b), -1) {
+			_, ok := sections[m[1]]
+			assert.True(t, ok, "%s links problems.md#%s, which is no section of docs/problems.md", doc, m[1])
+		}
+	}
+}
