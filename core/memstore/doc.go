@@ -1,9 +1,9 @@
 // Package memstore keeps idempotency keys in the memory of one process.
 //
-// It is for tests and for a single process only. It does not protect retries that land
-// on another instance: two servers each have their own memory, so a retry routed to the
-// other one runs the side effect again. Use a database store (pgxstore, gormstore) as
-// soon as more than one process serves the API.
+// It is for tests and for a single process only, and protects nothing across instances:
+// two servers each have their own memory, so a retry routed to the other one runs the
+// side effect again. Use a database store (pgxstore, gormstore) as soon as more than one
+// process serves the API.
 //
 // It has no transaction to share, so it runs phased mode only (SupportsAtomic reports
 // false and a ModeAtomic claim fails with storage.ErrUnsupportedMode). What that loses: the
@@ -17,20 +17,18 @@
 // claim and takeover (a stale lock's Phase, Complete and Release return an error wrapping
 // storage.ErrLeaseLost and change nothing), recovery points, keys past retention counted as
 // absent, DeleteExpired, atomic takeover of an expired lease. The store is safe for
-// concurrent use; its keys live in 64 shards, each with its own lock, and it starts no
-// goroutines. The process restarting loses every key.
+// concurrent use and starts no goroutines. The process restarting loses every key.
 //
 // Usage:
 //
 //	store := memstore.New()
 //	mw := core.Middleware(core.Config{Store: store}, func(r *http.Request) string { return r.Header.Get("X-Account") })
 //
-// A completed key is kept compact, so that a store holding hundreds of thousands of them
-// costs the garbage collector little: its fingerprint, method, path, recovery point and
-// response (status, headers, body) are encoded together in one pointer-free string, and
-// the *storage.Record is decoded from it on the key's first replay. Later replays return that
-// same record without allocating.
+// It is deliberately plain: 64 maps, each behind its own mutex, holding one struct per
+// key. Complete stores copies of the response's header and body, never the caller's.
 //
-// Records returned by Claim are shared with the store and with other callers: do not
-// mutate them, their Fingerprint, Response, Response.Header or Response.Body.
+// A replay returns the store's own *storage.Record, the same one to every replay of the
+// key, so it allocates nothing. Records returned by Claim are shared with the store and
+// with other callers: do not mutate them, their Fingerprint, Response, Response.Header or
+// Response.Body.
 package memstore

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/core/storage"
@@ -29,9 +32,7 @@ func post(t *testing.T, h http.Handler, key, body string) *httptest.ResponseReco
 func middleware(t *testing.T, s storage.Store, next http.HandlerFunc) http.Handler {
 	t.Helper()
 	eng, err := core.New(core.Config{Store: s})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return eng.Middleware(func(*http.Request) string { return "acct" })(next)
 }
 
@@ -60,25 +61,23 @@ func TestMiddlewareResumesAfterFailure(t *testing.T) {
 		fmt.Fprintf(w, `{"id":1,"resumed":%v}`, op.Resumed())
 	})
 
-	if w := post(t, h, "k1", `{"amount":10}`); w.Code != http.StatusBadGateway {
-		t.Fatalf("first attempt: %d %s", w.Code, w.Body)
-	}
-	w := post(t, h, "k1", `{ "amount": 10 }`)
-	if w.Code != http.StatusCreated || w.Body.String() != `{"id":1,"resumed":true}` {
-		t.Fatalf("retry: %d %s", w.Code, w.Body)
-	}
+	w := post(t, h, "k1", `{"amount":10}`)
+	require.Equal(t, http.StatusBadGateway, w.Code, "first attempt: %s", w.Body)
+	w = post(t, h, "k1", `{ "amount": 10 }`)
+	require.Equal(t, http.StatusCreated, w.Code, "retry: %s", w.Body)
+	assert.Equal(t, `{"id":1,"resumed":true}`, w.Body.String(), "retry")
 	w = post(t, h, "k1", `{"amount":10}`)
-	if w.Code != http.StatusCreated || w.Header().Get("Idempotent-Replayed") != "true" ||
-		w.Header().Get("Location") != "/orders/1" || w.Body.String() != `{"id":1,"resumed":true}` {
-		t.Fatalf("replay: %d %v %s", w.Code, w.Header(), w.Body)
-	}
-	if runs.Load() != 2 || charges.Load() != 1 || emails.Load() != 1 {
-		t.Fatalf("runs %d, charges %d, emails %d; want 2, 1, 1", runs.Load(), charges.Load(), emails.Load())
-	}
+	assert.Equal(t, http.StatusCreated, w.Code, "replay")
+	assert.Equal(t, "true", w.Header().Get("Idempotent-Replayed"), "replay")
+	assert.Equal(t, "/orders/1", w.Header().Get("Location"), "replay")
+	assert.Equal(t, `{"id":1,"resumed":true}`, w.Body.String(), "replay")
+	assert.EqualValues(t, 2, runs.Load(), "handler runs")
+	assert.EqualValues(t, 1, charges.Load(), "charges: the retry skips the recorded phase")
+	assert.EqualValues(t, 1, emails.Load(), "emails")
 }
 
 // TestMiddlewareConcurrentDuplicates: identical requests arriving together run the
-// handler once; the others get 409 while it runs, or the replay after.
+// handler once; while it runs, every other one gets 409; after it, the replay.
 func TestMiddlewareConcurrentDuplicates(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int32
@@ -90,33 +89,33 @@ func TestMiddlewareConcurrentDuplicates(t *testing.T) {
 		_, _ = w.Write([]byte(`{"id":1}`))
 	})
 	const n = 50
-	codes := make([]int, n)
+	codes := make(chan int, n)
+	start := make(chan struct{})
 	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { codes[i] = post(t, h, "k1", `{"amount":10}`).Code })
+	for range n {
+		wg.Go(func() {
+			<-start
+			codes <- post(t, h, "k1", `{"amount":10}`).Code
+		})
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for runs.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond) // let the duplicates arrive while the handler runs
-	close(release)
-	wg.Wait()
-	created, conflicts := 0, 0
-	for _, c := range codes {
-		switch c {
-		case http.StatusCreated:
-			created++
-		case http.StatusConflict:
-			conflicts++
-		default:
-			t.Fatalf("unexpected status %d", c)
+	close(start)
+	// The handler cannot finish before release is closed, so n-1 answers arrive while it
+	// runs: the duplicates, each of which found the key held (LeaseWait is 0: none waits).
+	timeout := time.After(10 * time.Second)
+	for i := range n - 1 {
+		select {
+		case code := <-codes:
+			require.Equal(t, http.StatusConflict, code, "duplicate %d while the handler runs", i+1)
+		case <-timeout:
+			close(release)
+			require.FailNow(t, "timed out waiting for the duplicates", "%d of %d answered", i, n-1)
 		}
 	}
-	if runs.Load() != 1 || created < 1 || created+conflicts != n {
-		t.Fatalf("handler ran %d times; %d created, %d conflicts", runs.Load(), created, conflicts)
-	}
-	if w := post(t, h, "k1", `{"amount":10}`); w.Code != http.StatusCreated || w.Header().Get("Idempotent-Replayed") != "true" {
-		t.Fatalf("after completion: %d %v", w.Code, w.Header())
-	}
+	close(release)
+	wg.Wait()
+	assert.Equal(t, http.StatusCreated, <-codes, "the request that ran the handler")
+	assert.EqualValues(t, 1, runs.Load(), "handler runs")
+	w := post(t, h, "k1", `{"amount":10}`)
+	assert.Equal(t, http.StatusCreated, w.Code, "after completion")
+	assert.Equal(t, "true", w.Header().Get("Idempotent-Replayed"), "after completion")
 }

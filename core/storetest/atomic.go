@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/idemkit/idem/core/storage"
 )
 
@@ -19,8 +21,12 @@ var atomicTests = []test{
 // shortWait is the lock wait of a twin expected to give up.
 const shortWait = 200 * time.Millisecond
 
-// twinHeadStart is how long a test lets a twin start waiting before the holder finishes.
-const twinHeadStart = 100 * time.Millisecond
+// twinWaits is how long a test watches a twin keep waiting for the holder's open
+// transaction before the holder finishes. It is an assertion, not a head start: a twin
+// that answers meanwhile fails the test. (A twin that has not reached the database's
+// lock yet cannot be told from one waiting on it, so the watch is long enough for the
+// claim to get there.)
+const twinWaits = 200 * time.Millisecond
 
 // testWaitRunsOut: a twin claiming while the holder's transaction is open gives up after
 // its lock wait with ErrInProgress, and the holder is not disturbed.
@@ -31,33 +37,65 @@ func testWaitRunsOut(s *suite) {
 		twin := s.claim("k", body)
 		twin.LockWait = shortWait
 		o := s.do(twin)
-		mustErrorIs(s.t, o.err, storage.ErrInProgress, "a twin of an open transaction, once its lock wait runs out")
+		require.ErrorIs(s.t, o.err, storage.ErrInProgress, "a twin of an open transaction, once its lock wait runs out")
 	}
 	s.complete(l, created("1"))
 	s.mustReplay(c, c, created("1"))
 }
 
-// twin claims c in a goroutine; wait hands back what it got. If the subtest ends
-// without waiting (it failed), a Lock the twin got is released then.
-func (s *suite) twin(c storage.Claim) (wait func() outcome) {
-	done := make(chan struct{})
-	var o outcome
-	var taken atomic.Bool
+// twin claims c in a goroutine and returns it, waiting. If the subtest ends without
+// collecting the outcome (it failed), a Lock the twin got is released then.
+func (s *suite) twin(c storage.Claim) *twin {
+	tw := &twin{done: make(chan struct{})}
 	go func() {
-		defer close(done)
-		o.lock, o.rec, o.err = s.store.Claim(s.ctx, c)
+		defer close(tw.done)
+		tw.o.lock, tw.o.rec, tw.o.err = s.store.Claim(s.ctx, c)
 	}()
 	s.t.Cleanup(func() {
-		<-done
-		if !taken.Load() && o.lock != nil {
-			_ = o.lock.Release(context.Background())
+		<-tw.done
+		if !tw.taken.Load() && tw.o.lock != nil {
+			_ = tw.o.lock.Release(context.Background())
 		}
 	})
-	return func() outcome {
-		<-done
-		taken.Store(true)
-		return o
+	return tw
+}
+
+// twin is a claim running in its own goroutine.
+type twin struct {
+	done  chan struct{}
+	o     outcome
+	taken atomic.Bool
+}
+
+// answered reports whether the twin's claim has returned.
+func (tw *twin) answered() bool {
+	select {
+	case <-tw.done:
+		return true
+	default:
+		return false
 	}
+}
+
+// outcome waits for the twin's claim and returns what it got.
+func (tw *twin) outcome() outcome {
+	<-tw.done
+	tw.taken.Store(true)
+	return tw.o
+}
+
+// requireWaiting checks that the twins keep waiting while the holder's transaction is
+// open.
+func (s *suite) requireWaiting(twins ...*twin) {
+	s.t.Helper()
+	require.Never(s.t, func() bool {
+		for _, tw := range twins {
+			if tw.answered() {
+				return true
+			}
+		}
+		return false
+	}, twinWaits, twinWaits/20, "a twin answered while the holder's transaction was open: it must wait for it")
 }
 
 // testTwinSeesCompletion: twins waiting while the holder completes get the completed
@@ -67,16 +105,16 @@ func testTwinSeesCompletion(s *suite) {
 	l := s.mustFresh(c)
 	same, other := s.claim("k", "a"), s.claim("k", "b")
 	same.LockWait, other.LockWait = 5*time.Second, 5*time.Second
-	gotSame, gotOther := s.twin(same), s.twin(other)
-	time.Sleep(twinHeadStart)
+	twins := []*twin{s.twin(same), s.twin(other)}
+	s.requireWaiting(twins...)
 	s.complete(l, created("1"))
-	for _, wait := range []func() outcome{gotSame, gotOther} {
-		o := wait()
+	for _, tw := range twins {
+		o := tw.outcome()
 		s.checkShape(o)
-		mustNoError(s.t, o.err, "a twin waiting for a completion")
+		require.NoError(s.t, o.err, "a twin waiting for a completion")
 		if o.lock != nil {
 			s.track(o.lock)
-			s.t.Fatal("a twin got a Lock on a key its holder completed")
+			require.FailNow(s.t, "a twin got a Lock on a key its holder completed")
 		}
 		s.checkRecord(o.rec, c, storage.StateCompleted)
 		requireResponse(s.t, created("1"), o.rec.Response)
@@ -87,18 +125,18 @@ func testTwinSeesCompletion(s *suite) {
 func testTwinClaimsAfterRelease(s *suite) {
 	c := s.claim("k", "a")
 	l := s.mustFresh(c)
-	twin := s.claim("k", "a")
-	twin.LockWait = 5 * time.Second
-	got := s.twin(twin)
-	time.Sleep(twinHeadStart)
-	mustNoError(s.t, l.Release(s.ctx), "Release")
-	o := got()
+	retry := s.claim("k", "a")
+	retry.LockWait = 5 * time.Second
+	tw := s.twin(retry)
+	s.requireWaiting(tw)
+	require.NoError(s.t, l.Release(s.ctx), "Release")
+	o := tw.outcome()
 	s.checkShape(o)
-	mustNoError(s.t, o.err, "a twin waiting for a rollback")
-	mustNotNil(s.t, o.lock, "a twin of a rolled back claim must get the key, got a Record in state %v", recState(o.rec))
+	require.NoError(s.t, o.err, "a twin waiting for a rollback")
+	require.NotNil(s.t, o.lock, "a twin of a rolled back claim must get the key, got a Record in state %v", recState(o.rec))
 	tl := s.track(o.lock)
-	mustFalse(s.t, tl.TakenOver())
-	mustEqual(s.t, storage.RecoveryStarted, tl.RecoveryPoint())
+	require.False(s.t, tl.TakenOver())
+	require.Equal(s.t, storage.RecoveryStarted, tl.RecoveryPoint())
 	s.complete(tl, created("2"))
 	s.mustReplay(c, c, created("2"))
 }
@@ -108,7 +146,7 @@ func testTwinClaimsAfterRelease(s *suite) {
 func testAtomicReleaseAfterPhase(s *suite) {
 	c := s.claim("k", "a")
 	l := s.mustFresh(c)
-	mustNoError(s.t, l.Phase(s.ctx, "charged", noop))
-	mustNoError(s.t, l.Release(s.ctx), "Release")
+	require.NoError(s.t, l.Phase(s.ctx, "charged", noop))
+	require.NoError(s.t, l.Release(s.ctx), "Release")
 	s.mustFresh(s.claim("k", "b"))
 }

@@ -1,95 +1,61 @@
 package storetest
 
 import (
-	"errors"
-	"fmt"
-	"maps"
-	"reflect"
-	"slices"
+	"bytes"
 	"testing"
-	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/core/storage"
 )
 
-// The suite's assertions: each stops the subtest with a message naming what was checked.
-// (testify cannot be linked here: its yaml dependency is missing from go.sum.)
-
-func message(msgAndArgs []any) string {
-	if len(msgAndArgs) == 0 {
-		return "check"
-	}
-	if f, ok := msgAndArgs[0].(string); ok {
-		return fmt.Sprintf(f, msgAndArgs[1:]...)
-	}
-	return fmt.Sprint(msgAndArgs...)
-}
-
-func mustTrue(t testing.TB, ok bool, msgAndArgs ...any) {
+// requireResponse compares a stored response with the one completed: status, headers
+// (an empty header equals a nil one) and the body byte for byte.
+func requireResponse(t *testing.T, want, got *storage.Response) {
 	t.Helper()
-	if !ok {
-		t.Fatalf("%s", message(msgAndArgs))
-	}
+	require.NotNil(t, got, "a completed record carries its response")
+	require.Equal(t, want.Status, got.Status, "status of the stored response")
+	requireHeader(t, want.Header, got.Header)
+	requireBody(t, want.Body, got.Body)
 }
 
-func mustFalse(t testing.TB, ok bool, msgAndArgs ...any) {
+// requireHeader compares headers name by name; an empty header equals a nil one (a store
+// may keep either).
+func requireHeader(t *testing.T, want, got map[string][]string) {
 	t.Helper()
-	if ok {
-		t.Fatalf("%s", message(msgAndArgs))
+	if len(want) == 0 {
+		require.Empty(t, got, "header: none was completed")
+		return
 	}
+	require.Equal(t, want, got, "header")
 }
 
-func mustEqual[T comparable](t testing.TB, want, got T, msgAndArgs ...any) {
+// requireBody compares bodies byte for byte (an empty body equals a nil one), showing
+// at most 64 bytes from where they differ, since bodies may be large.
+func requireBody(t *testing.T, want, got []byte) {
 	t.Helper()
-	if want != got {
-		t.Fatalf("%s: got %#v, want %#v", message(msgAndArgs), got, want)
+	i := 0
+	for i < len(want) && i < len(got) && want[i] == got[i] {
+		i++
 	}
+	if i == len(want) && i == len(got) {
+		return
+	}
+	require.Equal(t, len(want), len(got), "body length (they differ from byte %d: got %q, want %q)", i, trim(got[i:]), trim(want[i:]))
+	require.Equal(t, trim(want[i:]), trim(got[i:]), "body from byte %d of %d", i, len(want))
 }
 
-func mustNoError(t testing.TB, err error, msgAndArgs ...any) {
+func trim(b []byte) []byte {
+	if len(b) > 64 {
+		return b[:64]
+	}
+	return b
+}
+
+// requireOtherFingerprint checks that a record kept the fingerprint of the request that
+// created it, not that of the claim that found it.
+func requireOtherFingerprint(t *testing.T, claimed []byte, rec *storage.Record) {
 	t.Helper()
-	if err != nil {
-		t.Fatalf("%s: unexpected error: %v", message(msgAndArgs), err)
-	}
-}
-
-func mustErrorIs(t testing.TB, err, target error, msgAndArgs ...any) {
-	t.Helper()
-	if !errors.Is(err, target) {
-		t.Fatalf("%s: got error %v, want one wrapping %q", message(msgAndArgs), err, target)
-	}
-}
-
-func mustNil(t testing.TB, v any, msgAndArgs ...any) {
-	t.Helper()
-	if !isNil(v) {
-		t.Fatalf("%s: got %#v, want nil", message(msgAndArgs), v)
-	}
-}
-
-func mustNotNil(t testing.TB, v any, msgAndArgs ...any) {
-	t.Helper()
-	if isNil(v) {
-		t.Fatalf("%s: got nil", message(msgAndArgs))
-	}
-}
-
-// isNil reports whether v is nil, including a nil pointer inside an interface.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	switch rv := reflect.ValueOf(v); rv.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		return rv.IsNil()
-	}
-	return false
-}
-
-// headerEqual compares headers value by value; an empty header equals a nil one.
-func headerEqual(a, b map[string][]string) bool {
-	return maps.EqualFunc(a, b, func(x, y []string) bool { return slices.Equal(x, y) })
-}
-
-func within(a, b time.Time, d time.Duration) bool {
-	diff := a.Sub(b)
-	return -d <= diff && diff <= d
+	require.False(t, bytes.Equal(claimed, rec.Fingerprint),
+		"the record has fingerprint %x, the claim's: it must keep the fingerprint of its own request", rec.Fingerprint)
 }

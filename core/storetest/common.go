@@ -1,13 +1,13 @@
 package storetest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"sync"
-	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core/storage"
 )
@@ -94,7 +94,7 @@ func testCompleteCopiesResponse(s *suite) {
 	passed := cloneResponse(want)
 	c := s.claim("k", "a")
 	l := s.mustFresh(c)
-	mustNoError(s.t, l.Complete(s.ctx, passed))
+	require.NoError(s.t, l.Complete(s.ctx, passed))
 
 	passed.Status = http.StatusTeapot
 	passed.Body[0] = 'X'
@@ -113,7 +113,7 @@ func testMismatchOnCompleted(s *suite) {
 	s.complete(s.mustFresh(c), created("1"))
 	other := s.claim("k", "amount=99")
 	rec := s.mustReplay(other, c, created("1"))
-	mustFalse(s.t, bytes.Equal(other.Fingerprint, rec.Fingerprint), "the record keeps the fingerprint of its own request")
+	requireOtherFingerprint(s.t, other.Fingerprint, rec)
 }
 
 // testReleaseWithoutPhase: a failed attempt that recorded no phase gives the key up
@@ -121,7 +121,7 @@ func testMismatchOnCompleted(s *suite) {
 func testReleaseWithoutPhase(s *suite) {
 	c := s.claim("k", "a")
 	l := s.mustFresh(c)
-	mustNoError(s.t, l.Release(s.ctx), "Release")
+	require.NoError(s.t, l.Release(s.ctx), "Release")
 
 	other := s.claim("k", "b")
 	l2 := s.mustFresh(other)
@@ -150,12 +150,12 @@ func testPhaseError(s *suite) {
 		calls++
 		return fmt.Errorf("provider said no: %w", errBoom)
 	})
-	mustErrorIs(s.t, err, errBoom, "Phase must return the error of its function")
-	mustEqual(s.t, 1, calls, "Phase must run its function once")
+	require.ErrorIs(s.t, err, errBoom, "Phase must return the error of its function")
+	require.Equal(s.t, 1, calls, "Phase must run its function once")
 	if s.mode == storage.ModePhased {
 		s.mustStarted(c, c, storage.RecoveryStarted)
 	}
-	mustNoError(s.t, l.Release(s.ctx), "Release")
+	require.NoError(s.t, l.Release(s.ctx), "Release")
 	s.mustFresh(s.claim("k", "b"))
 }
 
@@ -172,8 +172,8 @@ func testPhaseSuccess(s *suite) {
 			got = ctx
 			return nil
 		})
-		mustNoError(s.t, err, "Phase %q", point)
-		mustEqual(s.t, 1, calls, "Phase must run its function once")
+		require.NoError(s.t, err, "Phase %q", point)
+		require.Equal(s.t, 1, calls, "Phase must run its function once")
 		s.requireMarked(got, "the context Phase hands its function")
 		if s.mode == storage.ModePhased {
 			s.mustStarted(c, c, point)
@@ -188,7 +188,7 @@ func testPhaseSuccess(s *suite) {
 func testRetentionAsAbsent(s *suite) {
 	c := s.claim("k", "a")
 	s.complete(s.mustFresh(c), created("old"))
-	time.Sleep(pastLease)
+	letTimePass(pastLease)
 
 	stillKept := s.claim("k", "a")
 	stillKept.Retention = defaultRetention
@@ -276,25 +276,25 @@ func testConcurrentClaims(s *suite) {
 		case errors.Is(o.err, storage.ErrTransient):
 			transient++
 		default:
-			s.t.Fatalf("unexpected claim error: %v", o.err)
+			require.FailNow(s.t, "unexpected claim error", "%v", o.err)
 		}
 	}
-	mustEqual(s.t, 1, locks, "exactly one of %d concurrent claims must win (records %d, in progress %d, transient %d)",
+	require.Equal(s.t, 1, locks, "exactly one of %d concurrent claims must win (records %d, in progress %d, transient %d)",
 		concurrentClaimers, records, inProgress, transient)
 	s.t.Logf("%d claimers: 1 lock, %d records, %d in progress, %d transient", concurrentClaimers, records, inProgress, transient)
 
 	if s.mode == storage.ModeAtomic {
-		mustNoError(s.t, winnerErr, "winner's Complete")
+		require.NoError(s.t, winnerErr, "winner's Complete")
 		for _, o := range results {
 			if o.rec != nil {
-				mustEqual(s.t, storage.StateCompleted, o.rec.State, "an atomic twin sees only the committed record")
+				require.Equal(s.t, storage.StateCompleted, o.rec.State, "an atomic twin sees only the committed record")
 				requireResponse(s.t, resp, o.rec.Response)
 			}
 		}
 	} else {
 		for _, o := range results {
 			if o.rec != nil {
-				mustEqual(s.t, storage.StateStarted, o.rec.State, "the winner holds the key")
+				require.Equal(s.t, storage.StateStarted, o.rec.State, "the winner holds the key")
 			}
 		}
 		s.complete(winner, resp)
@@ -311,10 +311,10 @@ func testConcurrentClaims(s *suite) {
 	replays.Wait()
 	for _, o := range replayed {
 		s.checkShape(o)
-		mustNoError(s.t, o.err, "claim after completion")
+		require.NoError(s.t, o.err, "claim after completion")
 		if o.lock != nil {
 			s.track(o.lock)
-			s.t.Fatal("a claim after completion got a Lock")
+			require.FailNow(s.t, "a claim after completion got a Lock")
 		}
 		s.checkRecord(o.rec, c, storage.StateCompleted)
 		requireResponse(s.t, resp, o.rec.Response)

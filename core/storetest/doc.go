@@ -1,5 +1,5 @@
 // Package storetest is the conformance suite every storage.Store runs. It checks, through
-// the Store and Lock interfaces only, every sentence of the contract in core/store.go:
+// the Store and Lock interfaces only, every sentence of the contract in core/storage/store.go:
 // claim and replay, fingerprint mismatch, keys in progress, release after a failure,
 // phases and recovery points, lease expiry and takeover, fencing of a stale lock,
 // retention, DeleteExpired, scope isolation and many goroutines claiming one key.
@@ -18,9 +18,11 @@
 //		})
 //	}
 //
-// The suite sleeps only where a lease must pass, with leases of a few hundred
-// milliseconds, and compares the store's timestamps with the test's clock within a
-// minute, so the store and the database must run on clocks that agree that closely.
+// The suite waits for real time to pass only where that is the case under test (a lease
+// or a retention running out, decided by the store's or the database's clock), with
+// leases of a few hundred milliseconds, and watches an atomic twin keep waiting for as
+// long. It compares the store's timestamps with the test's clock within a minute, so
+// the store and the database must run on clocks that agree that closely.
 //
 // Where goroutines race for one key (200 claimers, several takeovers at once) a loser
 // may get an error wrapping storage.ErrTransient instead of a Record: that is what a

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/idemkit/idem/core/storage"
 )
 
@@ -16,8 +18,8 @@ var storeTests = []test{
 // testDeleteExpiredEmpty: sweeping an empty store deletes nothing and does not fail.
 func testDeleteExpiredEmpty(s *suite) {
 	n, err := s.store.DeleteExpired(s.ctx, time.Now().Add(time.Hour), 100)
-	mustNoError(s.t, err)
-	mustEqual(s.t, 0, n)
+	require.NoError(s.t, err)
+	require.Equal(s.t, 0, n)
 }
 
 // testDeleteExpired: DeleteExpired deletes keys created before its cut-off, no more than
@@ -33,28 +35,28 @@ func testDeleteExpired(s *suite) {
 	abandoned := s.claim("abandoned", "a")
 	abandoned.Lease = shortLease
 	ab := s.mustFresh(abandoned)
-	mustNoError(s.t, ab.Phase(s.ctx, "charged", noop))
+	require.NoError(s.t, ab.Phase(s.ctx, "charged", noop))
 	live := s.claim("live", "a")
 	s.mustFresh(live)
-	time.Sleep(pastLease)
+	letTimePass(pastLease)
 
 	n, err := s.store.DeleteExpired(s.ctx, time.Now().Add(-time.Hour), 100)
-	mustNoError(s.t, err)
-	mustEqual(s.t, 0, n, "no key was created before the cut-off")
+	require.NoError(s.t, err)
+	require.Equal(s.t, 0, n, "no key was created before the cut-off")
 	s.mustReplay(done[0], done[0], created("0"))
 
 	cutoff := time.Now().Add(time.Hour)
 	n, err = s.store.DeleteExpired(s.ctx, cutoff, 2)
-	mustNoError(s.t, err)
-	mustEqual(s.t, 2, n, "DeleteExpired must stop at its limit")
+	require.NoError(s.t, err)
+	require.Equal(s.t, 2, n, "DeleteExpired must stop at its limit")
 
 	n, err = s.store.DeleteExpired(s.ctx, cutoff, 100)
-	mustNoError(s.t, err)
-	mustEqual(s.t, completed+1-2, n, "the rest of the completed keys and the abandoned one")
+	require.NoError(s.t, err)
+	require.Equal(s.t, completed+1-2, n, "the rest of the completed keys and the abandoned one")
 
 	n, err = s.store.DeleteExpired(s.ctx, cutoff, 100)
-	mustNoError(s.t, err)
-	mustEqual(s.t, 0, n, "only a live key is left")
+	require.NoError(s.t, err)
+	require.Equal(s.t, 0, n, "only a live key is left")
 
 	s.mustStarted(live, live, storage.RecoveryStarted)
 	for _, c := range done {
@@ -64,11 +66,11 @@ func testDeleteExpired(s *suite) {
 	}
 	s.mustFresh(abandoned)
 	err = ab.Complete(s.ctx, created("ab"))
-	mustErrorIs(s.t, err, storage.ErrLeaseLost, "Complete of a lock whose key was deleted and claimed afresh")
+	require.ErrorIs(s.t, err, storage.ErrLeaseLost, "Complete of a lock whose key was deleted and claimed afresh")
 }
 
 // testUnsupportedMode: a store without a transaction to share refuses atomic claims.
 func testUnsupportedMode(s *suite) {
 	o := s.do(s.claim("k", "a"))
-	mustErrorIs(s.t, o.err, storage.ErrUnsupportedMode, "an atomic claim on a store whose SupportsAtomic is false")
+	require.ErrorIs(s.t, o.err, storage.ErrUnsupportedMode, "an atomic claim on a store whose SupportsAtomic is false")
 }

@@ -1,11 +1,12 @@
 package storetest
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core/storage"
 )
@@ -30,7 +31,7 @@ func testInProgress(s *suite) {
 	l := s.mustFresh(c)
 	s.mustStarted(c, c, storage.RecoveryStarted)
 	rec := s.mustStarted(s.claim("k", "b"), c, storage.RecoveryStarted)
-	mustFalse(s.t, bytes.Equal(fingerprint("b"), rec.Fingerprint), "the record keeps the fingerprint of its own request")
+	requireOtherFingerprint(s.t, fingerprint("b"), rec)
 	s.complete(l, created("1"))
 	s.mustReplay(c, c, created("1"))
 }
@@ -41,18 +42,18 @@ func testInProgress(s *suite) {
 func testReleaseAfterPhase(s *suite) {
 	c := s.claim("k", "a")
 	l := s.mustFresh(c)
-	mustNoError(s.t, l.Phase(s.ctx, "charged", noop))
-	mustNoError(s.t, l.Release(s.ctx), "Release")
+	require.NoError(s.t, l.Phase(s.ctx, "charged", noop))
+	require.NoError(s.t, l.Release(s.ctx), "Release")
 
 	rec := s.mustRecord(s.claim("k", "b"))
 	s.checkRecord(rec, c, storage.StateStarted)
-	mustEqual(s.t, "charged", rec.RecoveryPoint)
-	mustFalse(s.t, rec.LockedUntil.After(time.Now().Add(time.Second)),
+	require.Equal(s.t, "charged", rec.RecoveryPoint)
+	require.False(s.t, rec.LockedUntil.After(time.Now().Add(time.Second)),
 		"a released lease must have ended, LockedUntil is %v", rec.LockedUntil)
 
 	l2 := s.mustLock(c)
-	mustTrue(s.t, l2.TakenOver(), "the retry after a released phase must take over")
-	mustEqual(s.t, "charged", l2.RecoveryPoint(), "the retry resumes from the recorded phase")
+	require.True(s.t, l2.TakenOver(), "the retry after a released phase must take over")
+	require.Equal(s.t, "charged", l2.RecoveryPoint(), "the retry resumes from the recorded phase")
 	s.mustStarted(c, c, "charged")
 	s.complete(l2, created("1"))
 	s.mustReplay(c, c, created("1"))
@@ -65,18 +66,18 @@ func testLeaseExpiryTakeover(s *suite) {
 	c := s.claim("k", "a")
 	c.Lease = shortLease
 	l := s.mustFresh(c)
-	mustNoError(s.t, l.Phase(s.ctx, "charged", noop))
-	time.Sleep(pastLease)
+	require.NoError(s.t, l.Phase(s.ctx, "charged", noop))
+	letTimePass(pastLease)
 
 	rec := s.mustRecord(s.claim("k", "b"))
 	s.checkRecord(rec, c, storage.StateStarted)
-	mustEqual(s.t, "charged", rec.RecoveryPoint)
-	mustTrue(s.t, rec.LockedUntil.Before(time.Now()), "the lease has run out: LockedUntil %v", rec.LockedUntil)
+	require.Equal(s.t, "charged", rec.RecoveryPoint)
+	require.True(s.t, rec.LockedUntil.Before(time.Now()), "the lease has run out: LockedUntil %v", rec.LockedUntil)
 
 	retry := s.claim("k", "a")
 	l2 := s.mustLock(retry)
-	mustTrue(s.t, l2.TakenOver(), "TakenOver after an expired lease")
-	mustEqual(s.t, "charged", l2.RecoveryPoint())
+	require.True(s.t, l2.TakenOver(), "TakenOver after an expired lease")
+	require.Equal(s.t, "charged", l2.RecoveryPoint())
 	s.mustStarted(retry, retry, "charged")
 	s.complete(l2, created("1"))
 	s.mustReplay(c, c, created("1"))
@@ -91,8 +92,8 @@ func testTakeoverRace(s *suite) {
 	c := s.claim("k", "a")
 	c.Lease = shortLease
 	l := s.mustFresh(c)
-	mustNoError(s.t, l.Phase(s.ctx, "charged", noop))
-	time.Sleep(pastLease)
+	require.NoError(s.t, l.Phase(s.ctx, "charged", noop))
+	letTimePass(pastLease)
 
 	retry := s.claim("k", "a")
 	start := make(chan struct{})
@@ -114,18 +115,18 @@ func testTakeoverRace(s *suite) {
 		switch {
 		case o.lock != nil:
 			h := s.track(o.lock)
-			mustNil(s.t, winner, "two claimers took over the same lease")
-			mustTrue(s.t, h.TakenOver(), "TakenOver")
-			mustEqual(s.t, "charged", h.RecoveryPoint())
+			require.Nil(s.t, winner, "two claimers took over the same lease")
+			require.True(s.t, h.TakenOver(), "the winner of a race for an expired lease must report TakenOver")
+			require.Equal(s.t, "charged", h.RecoveryPoint())
 			winner = h
 		case o.rec != nil:
 			s.checkRecord(o.rec, c, storage.StateStarted)
-			mustEqual(s.t, "charged", o.rec.RecoveryPoint)
+			require.Equal(s.t, "charged", o.rec.RecoveryPoint)
 		default:
-			mustErrorIs(s.t, o.err, storage.ErrTransient, "a losing claimer")
+			require.ErrorIs(s.t, o.err, storage.ErrTransient, "a losing claimer")
 		}
 	}
-	mustNotNil(s.t, winner, "one of %d claimers must take the expired lease over", takeoverRacers)
+	require.NotNil(s.t, winner, "one of %d claimers must take the expired lease over", takeoverRacers)
 	s.mustStarted(retry, retry, "charged")
 	s.complete(winner, created("1"))
 	s.mustReplay(c, c, created("1"))
@@ -137,27 +138,27 @@ func testFencing(s *suite) {
 	c := s.claim("k", "a")
 	c.Lease = shortLease
 	stale := s.mustFresh(c)
-	mustNoError(s.t, stale.Phase(s.ctx, "p1", noop))
-	time.Sleep(pastLease)
+	require.NoError(s.t, stale.Phase(s.ctx, "p1", noop))
+	letTimePass(pastLease)
 
 	retry := s.claim("k", "a")
 	fresh := s.mustLock(retry)
-	mustTrue(s.t, fresh.TakenOver())
-	mustEqual(s.t, "p1", fresh.RecoveryPoint())
+	require.True(s.t, fresh.TakenOver())
+	require.Equal(s.t, "p1", fresh.RecoveryPoint())
 
 	err := stale.Phase(s.ctx, "stale-phase", noop)
-	mustErrorIs(s.t, err, storage.ErrLeaseLost, "Phase of a lock whose lease was taken over")
+	require.ErrorIs(s.t, err, storage.ErrLeaseLost, "Phase of a lock whose lease was taken over")
 	s.mustStarted(retry, retry, "p1")
 
 	err = stale.Complete(s.ctx, created("stale"))
-	mustErrorIs(s.t, err, storage.ErrLeaseLost, "Complete of a lock whose lease was taken over")
+	require.ErrorIs(s.t, err, storage.ErrLeaseLost, "Complete of a lock whose lease was taken over")
 	s.mustStarted(retry, retry, "p1")
 
 	err = stale.Release(s.ctx)
-	mustErrorIs(s.t, err, storage.ErrLeaseLost, "Release of a lock whose lease was taken over")
+	require.ErrorIs(s.t, err, storage.ErrLeaseLost, "Release of a lock whose lease was taken over")
 	s.mustStarted(retry, retry, "p1")
 
-	mustNoError(s.t, fresh.Phase(s.ctx, "p2", noop))
+	require.NoError(s.t, fresh.Phase(s.ctx, "p2", noop))
 	s.mustStarted(retry, retry, "p2")
 	s.complete(fresh, created("fresh"))
 	s.mustReplay(c, c, created("fresh"))
@@ -169,9 +170,9 @@ func testPhaseRenewsLease(s *suite) {
 	c := s.claim("k", "a")
 	c.Lease = 1500 * time.Millisecond // slack for a loaded machine: the check runs 1s after the renewal
 	l := s.mustFresh(c)
-	time.Sleep(1000 * time.Millisecond)
-	mustNoError(s.t, l.Phase(s.ctx, "charged", noop))
-	time.Sleep(1000 * time.Millisecond)
+	letTimePass(time.Second)
+	require.NoError(s.t, l.Phase(s.ctx, "charged", noop))
+	letTimePass(time.Second) // 2s after the claim: the first lease has run out, the renewed one not
 	s.mustStarted(c, c, "charged")
 	s.complete(l, created("1"))
 }
@@ -181,7 +182,7 @@ func testPhaseRenewsLease(s *suite) {
 func testRetentionKeepsLiveLease(s *suite) {
 	c := s.claim("k", "a")
 	l := s.mustFresh(c)
-	time.Sleep(pastLease)
+	letTimePass(pastLease)
 	same := c
 	same.Retention = shortLease
 	s.mustStarted(same, c, storage.RecoveryStarted)
@@ -197,14 +198,14 @@ func testRetentionOnExpiredLease(s *suite) {
 	c := s.claim("k", "a")
 	c.Lease = shortLease
 	old := s.mustFresh(c)
-	mustNoError(s.t, old.Phase(s.ctx, "charged", noop))
-	time.Sleep(pastLease)
+	require.NoError(s.t, old.Phase(s.ctx, "charged", noop))
+	letTimePass(pastLease)
 
 	again := s.claim("k", "a")
 	again.Retention = shortLease / 2
 	l := s.mustFresh(again)
 	err := old.Complete(s.ctx, created("old"))
-	mustErrorIs(s.t, err, storage.ErrLeaseLost, "Complete of a lock whose key was claimed afresh")
+	require.ErrorIs(s.t, err, storage.ErrLeaseLost, "Complete of a lock whose key was claimed afresh")
 	s.complete(l, &storage.Response{Status: http.StatusOK})
 	s.mustReplay(c, c, &storage.Response{Status: http.StatusOK})
 }

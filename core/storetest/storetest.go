@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/idemkit/idem/core/storage"
 )
 
@@ -21,8 +23,8 @@ const (
 	defaultLockWait  = 2 * time.Second
 	defaultRetention = 24 * time.Hour
 
-	// shortLease is the lease of a claim whose expiry a subtest waits for; pastLease is
-	// how long it waits.
+	// shortLease is the lease (or retention) of a claim whose expiry a subtest waits for;
+	// pastLease is how long it waits (see letTimePass).
 	shortLease = 150 * time.Millisecond
 	pastLease  = 300 * time.Millisecond
 
@@ -78,6 +80,12 @@ func Run(t *testing.T, newStore func(t *testing.T) storage.Store) {
 	})
 }
 
+// letTimePass waits for d of real time to pass. It is not synchronisation: nothing else
+// runs meanwhile, and no goroutine is waited for. Time passing is the case itself (a lease
+// or a retention running out), and a SQL store decides that by the database's clock
+// (now()), which a test cannot move; so the waits are real, and short.
+func letTimePass(d time.Duration) { time.Sleep(d) }
+
 // test is one conformance case.
 type test struct {
 	name string
@@ -93,7 +101,7 @@ type suite struct {
 }
 
 func newSuite(t *testing.T, store storage.Store, mode storage.Mode) *suite {
-	mustNotNil(t, store, "newStore returned nil")
+	require.NotNil(t, store, "newStore returned nil")
 	return &suite{t: t, store: store, mode: mode, ctx: t.Context()}
 }
 
@@ -153,12 +161,15 @@ func (s *suite) do(c storage.Claim) outcome {
 func (s *suite) checkShape(o outcome) {
 	s.t.Helper()
 	if o.err != nil {
-		mustNil(s.t, o.lock, "Claim returned a Lock together with error %v", o.err)
-		mustNil(s.t, o.rec, "Claim returned a Record together with error %v", o.err)
+		require.Nil(s.t, o.lock, "Claim returned a Lock together with error %v", o.err)
+		require.Nil(s.t, o.rec, "Claim returned a Record together with error %v", o.err)
 		return
 	}
-	mustTrue(s.t, (o.lock == nil) != (o.rec == nil),
-		"Claim must return exactly one of Lock and Record when err is nil (lock=%v, rec=%v)", o.lock, o.rec)
+	if o.lock != nil {
+		require.Nil(s.t, o.rec, "Claim returned both a Lock and a Record; when err is nil it must return exactly one")
+		return
+	}
+	require.NotNil(s.t, o.rec, "Claim returned neither a Lock, a Record nor an error")
 }
 
 // mustLock claims c and requires a Lock. The lock is released when the subtest ends
@@ -166,8 +177,8 @@ func (s *suite) checkShape(o outcome) {
 func (s *suite) mustLock(c storage.Claim) *held {
 	s.t.Helper()
 	o := s.do(c)
-	mustNoError(s.t, o.err, "Claim")
-	mustNotNil(s.t, o.lock, "Claim returned a Record (state %v), want a Lock", recState(o.rec))
+	require.NoError(s.t, o.err, "Claim")
+	require.NotNil(s.t, o.lock, "Claim returned a Record (state %v), want a Lock", recState(o.rec))
 	return s.track(o.lock)
 }
 
@@ -176,8 +187,8 @@ func (s *suite) mustLock(c storage.Claim) *held {
 func (s *suite) mustFresh(c storage.Claim) *held {
 	s.t.Helper()
 	l := s.mustLock(c)
-	mustFalse(s.t, l.TakenOver(), "a fresh claim must not report TakenOver")
-	mustEqual(s.t, storage.RecoveryStarted, l.RecoveryPoint(), "recovery point of a fresh claim")
+	require.False(s.t, l.TakenOver(), "a fresh claim must not report TakenOver")
+	require.Equal(s.t, storage.RecoveryStarted, l.RecoveryPoint(), "recovery point of a fresh claim")
 	return l
 }
 
@@ -185,11 +196,11 @@ func (s *suite) mustFresh(c storage.Claim) *held {
 func (s *suite) mustRecord(c storage.Claim) *storage.Record {
 	s.t.Helper()
 	o := s.do(c)
-	mustNoError(s.t, o.err, "Claim")
+	require.NoError(s.t, o.err, "Claim")
 	if o.lock != nil {
 		s.track(o.lock)
-		s.t.Fatalf("Claim returned a Lock (taken over: %v, recovery point %q), want a Record",
-			o.lock.TakenOver(), o.lock.RecoveryPoint())
+		require.FailNow(s.t, "Claim returned a Lock, want a Record",
+			"taken over: %v, recovery point %q", o.lock.TakenOver(), o.lock.RecoveryPoint())
 	}
 	return o.rec
 }
@@ -199,12 +210,12 @@ func (s *suite) mustStarted(c storage.Claim, want storage.Claim, point string) *
 	s.t.Helper()
 	rec := s.mustRecord(c)
 	s.checkRecord(rec, want, storage.StateStarted)
-	mustEqual(s.t, point, rec.RecoveryPoint, "recovery point")
-	mustTrue(s.t, rec.LockedUntil.After(time.Now()),
+	require.Equal(s.t, point, rec.RecoveryPoint, "recovery point")
+	require.True(s.t, rec.LockedUntil.After(time.Now()),
 		"LockedUntil %v of a live lease must be in the future", rec.LockedUntil)
-	mustTrue(s.t, rec.LockedUntil.Before(time.Now().Add(want.Lease+clockSlack)),
+	require.True(s.t, rec.LockedUntil.Before(time.Now().Add(want.Lease+clockSlack)),
 		"LockedUntil %v is further away than the lease %v", rec.LockedUntil, want.Lease)
-	mustNil(s.t, rec.Response, "a started record has no response")
+	require.Nil(s.t, rec.Response, "a started record has no response")
 	return rec
 }
 
@@ -213,7 +224,7 @@ func (s *suite) mustReplay(c storage.Claim, want storage.Claim, resp *storage.Re
 	s.t.Helper()
 	rec := s.mustRecord(c)
 	s.checkRecord(rec, want, storage.StateCompleted)
-	mustFalse(s.t, rec.CompletedAt.IsZero(), "CompletedAt of a completed record")
+	require.False(s.t, rec.CompletedAt.IsZero(), "CompletedAt of a completed record")
 	requireResponse(s.t, resp, rec.Response)
 	return rec
 }
@@ -221,33 +232,14 @@ func (s *suite) mustReplay(c storage.Claim, want storage.Claim, resp *storage.Re
 // checkRecord checks the fields a record carries from the claim that created it.
 func (s *suite) checkRecord(rec *storage.Record, want storage.Claim, state storage.State) {
 	s.t.Helper()
-	mustNotNil(s.t, rec)
-	mustEqual(s.t, state, rec.State, "state")
-	mustEqual(s.t, want.Scope, rec.Scope, "scope")
-	mustEqual(s.t, want.Key, rec.Key, "key")
-	mustTrue(s.t, bytes.Equal(want.Fingerprint, rec.Fingerprint),
-		"fingerprint %x, want %x", rec.Fingerprint, want.Fingerprint)
-	mustEqual(s.t, want.Method, rec.Method, "method")
-	mustEqual(s.t, want.Path, rec.Path, "path")
-	mustTrue(s.t, within(time.Now(), rec.CreatedAt, clockSlack), "CreatedAt %v is more than %v away from now", rec.CreatedAt, clockSlack)
-}
-
-// requireResponse compares a stored response with the one completed: status, headers
-// (an empty header equals a nil one) and the body byte for byte.
-func requireResponse(t *testing.T, want, got *storage.Response) {
-	t.Helper()
-	mustNotNil(t, got, "a completed record carries its response")
-	mustEqual(t, want.Status, got.Status, "status")
-	mustTrue(t, headerEqual(want.Header, got.Header), "header: got %v, want %v", got.Header, want.Header)
-	mustTrue(t, bytes.Equal(want.Body, got.Body),
-		"body differs: got %d bytes %q, want %d bytes %q", len(got.Body), trim(got.Body), len(want.Body), trim(want.Body))
-}
-
-func trim(b []byte) []byte {
-	if len(b) > 64 {
-		return b[:64]
-	}
-	return b
+	require.NotNil(s.t, rec)
+	require.Equal(s.t, state, rec.State, "state")
+	require.Equal(s.t, want.Scope, rec.Scope, "scope")
+	require.Equal(s.t, want.Key, rec.Key, "key")
+	require.Equal(s.t, want.Fingerprint, rec.Fingerprint, "fingerprint")
+	require.Equal(s.t, want.Method, rec.Method, "method")
+	require.Equal(s.t, want.Path, rec.Path, "path")
+	require.WithinDuration(s.t, time.Now(), rec.CreatedAt, clockSlack, "CreatedAt must be about now")
 }
 
 func recState(rec *storage.Record) any {
@@ -296,7 +288,7 @@ func (h *held) Release(ctx context.Context) error {
 // complete completes l with a copy of r and requires success.
 func (s *suite) complete(l *held, r *storage.Response) {
 	s.t.Helper()
-	mustNoError(s.t, l.Complete(s.ctx, cloneResponse(r)), "Complete")
+	require.NoError(s.t, l.Complete(s.ctx, cloneResponse(r)), "Complete")
 }
 
 func cloneResponse(r *storage.Response) *storage.Response {
@@ -324,8 +316,8 @@ func (s *suite) markedCtx() context.Context {
 
 func (s *suite) requireMarked(ctx context.Context, what string) {
 	s.t.Helper()
-	mustNotNil(s.t, ctx, "%s returned a nil context", what)
-	mustEqual(s.t, any(s.t.Name()), ctx.Value(ctxKey{}), "%s must keep the caller's context values", what)
+	require.NotNil(s.t, ctx, "%s returned a nil context", what)
+	require.Equal(s.t, s.t.Name(), ctx.Value(ctxKey{}), "%s must keep the caller's context values", what)
 }
 
 // errBoom is what failing phases return.

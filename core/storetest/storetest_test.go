@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
@@ -121,39 +125,62 @@ func (l *refLock) Release(ctx context.Context) error {
 const brokenEnv = "STORETEST_BROKEN"
 
 // TestSuiteCatchesBrokenStores runs the suite, in a child process, against stores with
-// one flaw each and checks that the subtests meant to catch it fail.
+// one flaw each and checks that each subtest meant to catch the flaw fails, and fails at
+// the assertion meant to catch it (its message), not by accident: not through a panic,
+// nor some other assertion.
 func TestSuiteCatchesBrokenStores(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		flaw string
-		want []string // subtests that must fail
+		want map[string]string // subtest under phased/ → the message of the assertion that must fail
 	}{
-		{"second-winner", []string{"phased/ConcurrentClaims", "phased/InProgress", "phased/TakeoverRace"}},
-		{"keeps-response", []string{"phased/CompleteCopiesResponse"}},
-		{"no-retention", []string{"phased/RetentionAsAbsent", "phased/RetentionOnExpiredLease"}},
-		{"no-fencing", []string{"phased/Fencing"}},
+		{"second-winner", map[string]string{
+			"ConcurrentClaims": "exactly one of 200 concurrent claims must win",
+			"InProgress":       "Claim returned a Lock, want a Record",
+			"TakeoverRace":     "the winner of a race for an expired lease must report TakenOver",
+		}},
+		{"keeps-response", map[string]string{"CompleteCopiesResponse": "status of the stored response"}},
+		{"no-retention", map[string]string{
+			"RetentionAsAbsent":       "Claim returned a Record (state completed), want a Lock",
+			"RetentionOnExpiredLease": "a fresh claim must not report TakenOver",
+		}},
+		{"no-fencing", map[string]string{"Fencing": "Phase of a lock whose lease was taken over"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.flaw, func(t *testing.T) {
 			t.Parallel()
 			var names []string
-			for _, w := range tc.want {
-				names = append(names, strings.TrimPrefix(w, "phased/")+"$")
+			for name := range tc.want {
+				names = append(names, name+"$")
 			}
 			run := "^TestBrokenStoreChild$/^phased$/^(" + strings.Join(names, "|") + ")"
 			cmd := exec.Command(os.Args[0], "-test.run="+run, "-test.v", "-test.count=1")
 			cmd.Env = append(os.Environ(), brokenEnv+"="+tc.flaw)
 			out, err := cmd.CombinedOutput()
-			if err == nil {
-				t.Fatalf("the suite passed a store with flaw %q:\n%s", tc.flaw, out)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(string(out), "--- FAIL: TestBrokenStoreChild/"+w+" ") {
-					t.Errorf("subtest %s did not catch flaw %q:\n%s", w, tc.flaw, out)
-				}
+			require.Error(t, err, "the suite passed a store with flaw %q:\n%s", tc.flaw, out)
+			assert.NotContains(t, string(out), "panic:", "the suite must catch the flaw with an assertion, not by crashing")
+			failed := failures(string(out))
+			for name, msg := range tc.want {
+				sub := "TestBrokenStoreChild/phased/" + name
+				assert.Contains(t, string(out), "--- FAIL: "+sub+" ", "subtest %s did not catch flaw %q:\n%s", name, tc.flaw, out)
+				assert.Contains(t, failed[sub], msg, "subtest %s failed, but not at the assertion meant to catch flaw %q:\n%s", name, tc.flaw, out)
 			}
 		})
 	}
+}
+
+// failureRE matches a testify failure report: what failed (its Error), in which test,
+// and the assertion's message if it has one.
+var failureRE = regexp.MustCompile(`(?ms)^\s+Error:\s+(.*?)\n\s+Test:\s+(\S+)$(?:\n\s+Messages:\s+([^\n]*))?`)
+
+// failures maps each test that failed an assertion in out to what the failure reports
+// said (error and message).
+func failures(out string) map[string]string {
+	m := make(map[string]string)
+	for _, g := range failureRE.FindAllStringSubmatch(out, -1) {
+		m[g[2]] += g[1] + "\n" + g[3] + "\n"
+	}
+	return m
 }
 
 // TestBrokenStoreChild is the child process of TestSuiteCatchesBrokenStores; without
