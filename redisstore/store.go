@@ -117,6 +117,11 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) 
 	return 0, nil
 }
 
+// ExpiresKeys reports true: the store is a storage.SelfExpiring one.
+func (s *Store) ExpiresKeys() bool { return true }
+
+var _ storage.SelfExpiring = (*Store)(nil)
+
 // Key returns the name of the Redis hash that holds the key of scope and key: the prefix,
 // then a hash tag of the hex SHA-256 of both, so that any bytes are safe in either, names
 // have one length, and everything of one operation lives in one Cluster hash slot.

@@ -193,3 +193,12 @@ type Lock interface {
 	// provably did not land), and reports ErrLeaseLost for a lock that was taken over.
 	Release(ctx context.Context) error
 }
+
+// SelfExpiring is implemented by a store whose keys expire on their own once past the
+// retention (redisstore: each key's TTL). Such a store's DeleteExpired deletes nothing and
+// returns 0, nil, so core.Sweeper has nothing to do on it; the conformance suite checks
+// that instead of sweeping.
+type SelfExpiring interface {
+	// ExpiresKeys reports true when the store expires keys itself.
+	ExpiresKeys() bool
+}
