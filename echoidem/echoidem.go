@@ -25,8 +25,10 @@ type Config struct {
 	Scope func(c echo.Context) string
 
 	// Config holds the engine's options, each with the default its comment states
-	// (see core.Config): Store is required.
-	core.Config
+	// (see core.Config): Store is required. It is a named field, not an embedded one, so
+	// core.Config's methods (Validate, WithDefaults) are not mistaken for the adapter's:
+	// they know nothing of Scope or Skipper.
+	Config core.Config
 }
 
 // New returns the middleware for store with every default, keying each caller's

@@ -96,7 +96,7 @@ func ExampleConfig_ToMiddleware() {
 	mw, err := cfg.ToMiddleware()
 	fmt.Println(mw != nil, err)
 
-	cfg.Store = nil
+	cfg.Config.Store = nil
 	_, err = cfg.ToMiddleware()
 	fmt.Println(err)
 	// Output:
