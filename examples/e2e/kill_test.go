@@ -78,7 +78,7 @@ func TestKillUnderLoad(t *testing.T) {
 			s = start(t, app, dir, env, args...)
 			run.recover(t, s)
 			c := run.check(t, s)
-			t.Logf("run %d/%d: %s", i+1, trials, c)
+			t.Logf("%s/%s run %d/%d: %s", app, st.name, i+1, trials, c)
 			total.add(c)
 			if t.Failed() {
 				t.Logf("run %d failed: seed %d, account %s", i+1, run.seed, run.account)
@@ -86,7 +86,7 @@ func TestKillUnderLoad(t *testing.T) {
 			}
 		}
 		if trials > 1 {
-			t.Logf("%d kills: %s", trials, total)
+			t.Logf("%s/%s, %d kills: %s", app, st.name, trials, total)
 		}
 		assert.Positive(t, total.inFlight, "no request was in flight at any kill")
 		assert.Zero(t, total.twice, "keys executed twice")
@@ -102,6 +102,8 @@ type killCounts struct {
 	acked    int // keys answered 201 or 400 before the kill
 	inFlight int // keys with a request written and not answered when the server died
 	replayed int // keys whose final answer after the restart was a replay
+	resumed  int // keys in flight at the kill that ran to completion after the restart
+	waited   int // keys answered 409 after the restart: a dead attempt's lease, waited out
 	twice    int // keys that ran more than once: two originals, two rows
 	lost     int // keys answered before the kill that lost the answer or the row
 }
@@ -112,14 +114,16 @@ func (c *killCounts) add(o killCounts) {
 	c.acked += o.acked
 	c.inFlight += o.inFlight
 	c.replayed += o.replayed
+	c.resumed += o.resumed
+	c.waited += o.waited
 	c.twice += o.twice
 	c.lost += o.lost
 }
 
 func (c killCounts) String() string {
 	return fmt.Sprintf("keys %d, sent before the kill %d, acknowledged before the kill %d, in flight at the kill %d, "+
-		"replayed after the restart %d, executed twice %d, lost %d",
-		c.keys, c.sent, c.acked, c.inFlight, c.replayed, c.twice, c.lost)
+		"replayed after the restart %d (run after it %d, 409 first %d), executed twice %d, lost %d",
+		c.keys, c.sent, c.acked, c.inFlight, c.replayed, c.resumed, c.waited, c.twice, c.lost)
 }
 
 // killKey is one key of a run and everything it got.
@@ -135,6 +139,7 @@ type killKey struct {
 	written  bool        // a request reached the server before it died
 	inFlight bool        // a request written got no answer: the server died under it
 	final    *response   // the final answer after the restart
+	waited   bool        // a 409 came after the restart
 }
 
 // killRun is one run's plan: its keys in the order they are sent, and the request whose
@@ -322,6 +327,11 @@ func (r *killRun) resend(t *testing.T, s *server, k *killKey, deadline time.Time
 			k.mu.Unlock()
 			return
 		case http.StatusConflict, http.StatusServiceUnavailable:
+			if a.Status == http.StatusConflict {
+				k.mu.Lock()
+				k.waited = true
+				k.mu.Unlock()
+			}
 			time.Sleep(retryAfter(a))
 		default:
 			assert.Fail(t, "unexpected answer after the restart", "key %s: %s", k.name, a)
@@ -398,8 +408,14 @@ func (r *killRun) check(t *testing.T, s *server) killCounts {
 		if stored(k.before) != nil {
 			c.acked++
 		}
-		if k.final != nil && k.final.Header.Get("Idempotent-Replayed") == "true" {
+		if k.waited {
+			c.waited++
+		}
+		switch replayed := k.final != nil && k.final.Header.Get("Idempotent-Replayed") == "true"; {
+		case replayed:
 			c.replayed++
+		case k.inFlight && k.final != nil && k.final.Status == http.StatusCreated:
+			c.resumed++
 		}
 	}
 	assert.Empty(t, orders, "orders that belong to no key of the run")
