@@ -7,6 +7,14 @@
 //
 //	go test -race -count=1 ./examples/e2e
 //
+// TestKillUnderLoad SIGKILLs each server under a mixed load of orders and payments,
+// restarts it on the same database and re-sends every key: every answer seen before the
+// kill must come back byte for byte, and every key must end with exactly one order, or
+// one payment with one provider charge. IDEM_KILL_TRIALS sets the kills per server and
+// database (default 1); IDEM_KILL_SEED the first seed, which each run logs:
+//
+//	IDEM_KILL_TRIALS=20 go test -count=1 -timeout 40m -run TestKillUnderLoad -v ./examples/e2e
+//
 // PostgreSQL and MariaDB must be reachable (TEST_DATABASE_URL and TEST_MYSQL_DSN, default
 // the local servers); the tests fail, never skip, when they are not.
 package e2e
