@@ -5,7 +5,9 @@
 //
 // For each keyed request the engine
 //
-//   - parses the key (bare or RFC 8941 sf-string; malformed or missing → 400),
+//   - parses the key (bare or RFC 8941 sf-string; malformed or missing → 400), or, for a
+//     webhook receiver, takes it from the provider's delivery header or the event's ID
+//     in the body (Config.Key: KeyFromHeader, KeyFromJSON),
 //   - reads the body once, bounded (over MaxRequestBody → 413), and fingerprints method,
 //     path, query and RFC 8785-canonical JSON body,
 //   - claims the key in the Store: a free key runs the handler into a Buffer; a completed

@@ -55,7 +55,8 @@ func (e *Engine) Mode() Mode { return e.mode }
 // net/http users call Middleware). It runs the protocol for one request:
 //
 //   - A request that does not take part (its method is not in Config.Methods, or its
-//     key is optional and absent) is handed on untouched: next(nil, r).
+//     key is optional and absent) is handed on untouched: next(nil, r). (When Config.Key
+//     looks in the body, the engine has read it: r.Body is then a copy of what it read.)
 //   - A keyed request is claimed under scope(), which Handle calls once, only for such
 //     a request (so it may read what authentication stored in the framework's context).
 //     When the key is free, next(held, r2) runs the rest of the chain: the handler must
@@ -71,17 +72,31 @@ func (e *Engine) Handle(w http.ResponseWriter, r *http.Request, scope func() str
 		next(nil, r)
 		return true
 	}
-	key, present, err := ParseKey(r.Header[e.header], e.cfg.MinKeyLength)
+	var body *bytes.Buffer
+	if e.cfg.Key.readsBody() {
+		// The key is in the body: read it first, once and bounded, as the fingerprint would.
+		var err error
+		body, err = e.readBody(r)
+		defer putBody(body)
+		if err != nil {
+			e.reject(w, r, "", e.bodyProblem(err))
+			return false
+		}
+	}
+	key, present, err := e.findKey(r, body)
 	if err != nil {
-		e.reject(w, r, "", e.newProblem(ProblemKeyInvalid, fmt.Sprintf("The %s header is malformed: %v.", e.cfg.HeaderName, unwrapDetail(err)), err))
+		e.reject(w, r, "", e.newProblem(ProblemKeyInvalid, fmt.Sprintf("The %s is malformed: %v.", e.cfg.Key.what(e.cfg.HeaderName), unwrapDetail(err)), err))
 		return false
 	}
 	if !present {
 		if e.cfg.KeyOptional {
+			if body != nil { // the handler reads the body the engine read, in a copy of its own
+				r.Body = io.NopCloser(bytes.NewReader(bytes.Clone(body.Bytes())))
+			}
 			next(nil, r)
 			return true
 		}
-		e.reject(w, r, "", e.newProblem(ProblemKeyMissing, fmt.Sprintf("%s %s requires an %s header.", r.Method, r.URL.Path, e.cfg.HeaderName), ErrKeyMissing))
+		e.reject(w, r, "", e.newProblem(ProblemKeyMissing, fmt.Sprintf("%s %s requires %s.", r.Method, r.URL.Path, e.cfg.Key.where(e.cfg.HeaderName)), ErrKeyMissing))
 		return false
 	}
 	sc := scope()
@@ -92,11 +107,13 @@ func (e *Engine) Handle(w http.ResponseWriter, r *http.Request, scope func() str
 		return false
 	}
 
-	body, err := e.readBody(r)
-	defer putBody(body)
-	if err != nil {
-		e.reject(w, r, key, e.bodyProblem(err))
-		return false
+	if body == nil {
+		body, err = e.readBody(r)
+		defer putBody(body)
+		if err != nil {
+			e.reject(w, r, key, e.bodyProblem(err))
+			return false
+		}
 	}
 	fp, err := e.cfg.Fingerprint(r, body.Bytes())
 	if err != nil {
@@ -118,6 +135,15 @@ func (e *Engine) Handle(w http.ResponseWriter, r *http.Request, scope func() str
 		e.execute(w, r, c, lock, body.Bytes(), next)
 		return true
 	}
+}
+
+// findKey returns the request's key from Config.Key; body is nil unless the key is in it.
+func (e *Engine) findKey(r *http.Request, body *bytes.Buffer) (string, bool, error) {
+	var b []byte
+	if body != nil {
+		b = body.Bytes()
+	}
+	return e.cfg.Key.find(r, b, e.header, e.cfg.MinKeyLength)
 }
 
 // applies reports whether r's method is one of Config.Methods.
@@ -162,7 +188,7 @@ func (e *Engine) answer(w http.ResponseWriter, r *http.Request, c storage.Claim,
 	case !bytes.Equal(rec.Fingerprint, c.Fingerprint):
 		e.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idem: key reused with a different request; answering 422", e.attrs(c, ErrKeyReused)...)
 		e.problem(w, r, c, OutcomeMismatch, e.newProblem(ProblemKeyReused,
-			fmt.Sprintf("This %s was first used with a different request (method, path or body); use a new key for a new request.", e.cfg.HeaderName), ErrKeyReused))
+			fmt.Sprintf("This %s was first used with a different request (method, path or body); use a new key for a new request.", e.cfg.Key.noun(e.cfg.HeaderName)), ErrKeyReused))
 	case rec.State != storage.StateCompleted || rec.Response == nil:
 		e.inProgress(w, r, c, ErrInProgress)
 	default:
@@ -336,7 +362,7 @@ func (e *Engine) storeFailed(w http.ResponseWriter, r *http.Request, c storage.C
 func (e *Engine) inProgress(w http.ResponseWriter, r *http.Request, c storage.Claim, err error) {
 	e.cfg.Logger.LogAttrs(r.Context(), slog.LevelInfo, "idem: key in progress; answering 409", e.attrs(c, err)...)
 	e.problem(w, r, c, OutcomeConflict, e.newProblem(ProblemInProgress,
-		fmt.Sprintf("A request with this %s is still being processed. Retry later with the same key to get its response.", e.cfg.HeaderName), err))
+		fmt.Sprintf("A request with this %s is still being processed. Retry later with the same key to get its response.", e.cfg.Key.noun(e.cfg.HeaderName)), err))
 }
 
 // attrs are the fields of every log line about c.
