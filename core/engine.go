@@ -243,36 +243,33 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c storage.Claim
 		r2.Body = rn
 	}
 	buf := getBuffer()
-	e.runHandler(r, c, lock, next, buf, r2)
+	e.guard(r.Context(), c, lock, func() { next(buf, r2) })
 	defer putBuffer(buf)
 
 	// The context the outcome is recorded with: the handler's work is done, so a client
 	// that hangs up now must not abort the commit half-way. The store bounds Complete and
 	// Release itself (Claim.Timeout), so no timer is paid here on stores that never block.
 	rctx := context.WithoutCancel(r.Context())
-	switch {
-	case op.leaseErr != nil:
-		e.release(rctx, r, c, lock, op.leaseErr)
-		e.inProgress(w, r, c, op.leaseErr)
-		return
-	case r.Context().Err() != nil:
-		err := context.Cause(r.Context())
-		e.release(rctx, r, c, lock, err)
+	if err := interrupted(r.Context(), op); err != nil {
+		e.release(rctx, c, lock, err)
+		if errors.Is(err, ErrLeaseLost) {
+			e.inProgress(w, r, c, err)
+			return
+		}
 		e.cfg.Problem(w, r, e.newProblem(ProblemNotRecorded,
 			"The request was cancelled before it finished; nothing was recorded, so it may be retried with the same key.", err))
 		return
 	}
 	status := buf.Status()
 	if !e.cfg.Storable(status) {
-		e.release(rctx, r, c, lock, fmt.Errorf("idem: status %d is not storable", status))
+		e.release(rctx, c, lock, fmt.Errorf("idem: status %d is not storable", status))
 		writeBuffer(w, buf)
 		return
 	}
 	resp := e.recordable(buf)
-	err := lock.Complete(rctx, resp)
+	err := e.complete(rctx, c, lock, resp)
 	putResponse(resp)
 	if err != nil {
-		e.release(rctx, r, c, lock, err)
 		if errors.Is(err, ErrLeaseLost) {
 			e.inProgress(w, r, c, err)
 			return
@@ -286,26 +283,54 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c storage.Claim
 	e.observe(r.Context(), c, OutcomeCompleted, status, nil)
 }
 
-// runHandler runs next; on a panic it releases the key, then re-raises the panic so the
-// framework's recovery still answers.
-func (e *Engine) runHandler(r *http.Request, c storage.Claim, lock storage.Lock, next func(*Buffer, *http.Request), buf *Buffer, r2 *http.Request) {
+// The steps below run every claimed operation, an HTTP request's (execute) or a
+// function's (Do).
+
+// guard runs f, the operation's work under lock; on a panic it releases the key, then
+// re-raises the panic (so a framework's recovery still answers).
+func (e *Engine) guard(ctx context.Context, c storage.Claim, lock storage.Lock, f func()) {
 	defer func() {
 		if p := recover(); p != nil {
-			e.release(context.WithoutCancel(r.Context()), r, c, lock, fmt.Errorf("idem: handler panicked: %v", p))
+			e.release(context.WithoutCancel(ctx), c, lock, fmt.Errorf("idem: panicked: %v", p))
 			panic(p)
 		}
 	}()
-	next(buf, r2)
+	f()
 }
 
-func (e *Engine) release(ctx context.Context, r *http.Request, c storage.Claim, lock storage.Lock, cause error) {
+// interrupted reports why an operation whose work has returned must not be recorded: a
+// phase found its lease taken over (an error wrapping ErrLeaseLost), or ctx was cancelled
+// (its cause). nil means record it.
+func interrupted(ctx context.Context, op *Operation) error {
+	switch {
+	case op.leaseErr != nil:
+		return op.leaseErr
+	case ctx.Err() != nil:
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
+// complete records resp as c's outcome. When that fails it releases the key, so a retry
+// runs again (in atomic mode nothing committed), and returns the store's error, which
+// wraps ErrLeaseLost when another worker took the key over.
+func (e *Engine) complete(ctx context.Context, c storage.Claim, lock storage.Lock, resp *storage.Response) error {
+	err := lock.Complete(ctx, resp)
+	if err != nil {
+		e.release(ctx, c, lock, err)
+	}
+	return err
+}
+
+// release gives the key up after cause, logging and observing it.
+func (e *Engine) release(ctx context.Context, c storage.Claim, lock storage.Lock, cause error) {
 	err := lock.Release(ctx)
 	if err != nil {
 		e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: releasing the key failed", append(e.attrs(c, err), slog.Any("cause", cause))...)
 	} else {
 		e.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "idem: released the key; a retry runs again", e.attrs(c, cause)...)
 	}
-	e.observe(r.Context(), c, OutcomeRolledBack, 0, errors.Join(cause, err))
+	e.observe(ctx, c, OutcomeRolledBack, 0, errors.Join(cause, err))
 }
 
 var responsePool = sync.Pool{New: func() any { return &storage.Response{Header: make(http.Header, 4)} }}
