@@ -47,7 +47,11 @@
 // (DefaultProblemBase) it links to this repository's docs/problems.md, which says for
 // each kind what happened and what the client should do.
 //
-// The package serves three readers. Application code uses Config, Middleware,
+// Code that is not an HTTP handler (a queue consumer, a job) runs its work once per
+// message ID with Engine.Do, on the same stores and protocol; docs/webhooks.md shows a
+// webhook receiver and a NATS JetStream consumer.
+//
+// The package serves three readers. Application code uses Config, Middleware, Engine.Do,
 // Operation (phases and derived keys), Sweeper, Hooks, the problems and the errors.
 // Framework adapters use Engine.Handle and Buffer. Store authors implement the seam in
 // core/storage and run core/storetest.
