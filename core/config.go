@@ -28,6 +28,12 @@ type Config struct {
 	// HeaderName is the request header carrying the key. Default: "Idempotency-Key".
 	HeaderName string
 
+	// Key says where the key is when it is not in the HeaderName header: a webhook
+	// provider's delivery header (KeyFromHeader("X-GitHub-Delivery")) or an event ID in
+	// the JSON body (KeyFromJSON("id")). Setting both Key and HeaderName is an error.
+	// Default: the zero KeySource, the HeaderName header.
+	Key KeySource
+
 	// Methods lists the methods that take part; others pass through untouched, even
 	// with a key. Default: POST and PATCH.
 	Methods []string
@@ -228,6 +234,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Mode: atomic mode needs a store with a transaction to share (%T has none): %w", ErrInvalidConfig, c.Store, ErrUnsupportedMode)
 	case !httpguts.ValidHeaderFieldName(c.HeaderName):
 		return bad("HeaderName", "%q is not a valid header name", c.HeaderName)
+	case c.Key.err != nil:
+		return bad("Key", "%v", c.Key.err)
+	case c.Key.kind != keyIdempotencyHeader && c.HeaderName != DefaultHeaderName:
+		return bad("HeaderName", "%q is unused: Key names where the key is", c.HeaderName)
 	case len(c.Methods) == 0:
 		return bad("Methods", "empty")
 	case c.MinKeyLength < 1 || c.MinKeyLength > MaxKeyLength:

@@ -5,7 +5,9 @@
 //
 // For each keyed request the engine
 //
-//   - parses the key (bare or RFC 8941 sf-string; malformed or missing → 400),
+//   - parses the key (bare or RFC 8941 sf-string; malformed or missing → 400), or, for a
+//     webhook receiver, takes it from the provider's delivery header or the event's ID
+//     in the body (Config.Key: KeyFromHeader, KeyFromJSON),
 //   - reads the body once, bounded (over MaxRequestBody → 413), and fingerprints method,
 //     path, query and RFC 8785-canonical JSON body,
 //   - claims the key in the Store: a free key runs the handler into a Buffer; a completed
@@ -45,7 +47,11 @@
 // (DefaultProblemBase) it links to this repository's docs/problems.md, which says for
 // each kind what happened and what the client should do.
 //
-// The package serves three readers. Application code uses Config, Middleware,
+// Code that is not an HTTP handler (a queue consumer, a job) runs its work once per
+// message ID with Engine.Do, on the same stores and protocol; docs/webhooks.md shows a
+// webhook receiver and a NATS JetStream consumer.
+//
+// The package serves three readers. Application code uses Config, Middleware, Engine.Do,
 // Operation (phases and derived keys), Sweeper, Hooks, the problems and the errors.
 // Framework adapters use Engine.Handle and Buffer. Store authors implement the seam in
 // core/storage and run core/storetest.

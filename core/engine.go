@@ -55,7 +55,8 @@ func (e *Engine) Mode() Mode { return e.mode }
 // net/http users call Middleware). It runs the protocol for one request:
 //
 //   - A request that does not take part (its method is not in Config.Methods, or its
-//     key is optional and absent) is handed on untouched: next(nil, r).
+//     key is optional and absent) is handed on untouched: next(nil, r). (When Config.Key
+//     looks in the body, the engine has read it: r.Body is then a copy of what it read.)
 //   - A keyed request is claimed under scope(), which Handle calls once, only for such
 //     a request (so it may read what authentication stored in the framework's context).
 //     When the key is free, next(held, r2) runs the rest of the chain: the handler must
@@ -71,17 +72,31 @@ func (e *Engine) Handle(w http.ResponseWriter, r *http.Request, scope func() str
 		next(nil, r)
 		return true
 	}
-	key, present, err := ParseKey(r.Header[e.header], e.cfg.MinKeyLength)
+	var body *bytes.Buffer
+	if e.cfg.Key.readsBody() {
+		// The key is in the body: read it first, once and bounded, as the fingerprint would.
+		var err error
+		body, err = e.readBody(r)
+		defer putBody(body)
+		if err != nil {
+			e.reject(w, r, "", e.bodyProblem(err))
+			return false
+		}
+	}
+	key, present, err := e.findKey(r, body)
 	if err != nil {
-		e.reject(w, r, "", e.newProblem(ProblemKeyInvalid, fmt.Sprintf("The %s header is malformed: %v.", e.cfg.HeaderName, unwrapDetail(err)), err))
+		e.reject(w, r, "", e.newProblem(ProblemKeyInvalid, fmt.Sprintf("The %s is malformed: %v.", e.cfg.Key.what(e.cfg.HeaderName), unwrapDetail(err)), err))
 		return false
 	}
 	if !present {
 		if e.cfg.KeyOptional {
+			if body != nil { // the handler reads the body the engine read, in a copy of its own
+				r.Body = io.NopCloser(bytes.NewReader(bytes.Clone(body.Bytes())))
+			}
 			next(nil, r)
 			return true
 		}
-		e.reject(w, r, "", e.newProblem(ProblemKeyMissing, fmt.Sprintf("%s %s requires an %s header.", r.Method, r.URL.Path, e.cfg.HeaderName), ErrKeyMissing))
+		e.reject(w, r, "", e.newProblem(ProblemKeyMissing, fmt.Sprintf("%s %s requires %s.", r.Method, r.URL.Path, e.cfg.Key.where(e.cfg.HeaderName)), ErrKeyMissing))
 		return false
 	}
 	sc := scope()
@@ -92,11 +107,13 @@ func (e *Engine) Handle(w http.ResponseWriter, r *http.Request, scope func() str
 		return false
 	}
 
-	body, err := e.readBody(r)
-	defer putBody(body)
-	if err != nil {
-		e.reject(w, r, key, e.bodyProblem(err))
-		return false
+	if body == nil {
+		body, err = e.readBody(r)
+		defer putBody(body)
+		if err != nil {
+			e.reject(w, r, key, e.bodyProblem(err))
+			return false
+		}
 	}
 	fp, err := e.cfg.Fingerprint(r, body.Bytes())
 	if err != nil {
@@ -118,6 +135,15 @@ func (e *Engine) Handle(w http.ResponseWriter, r *http.Request, scope func() str
 		e.execute(w, r, c, lock, body.Bytes(), next)
 		return true
 	}
+}
+
+// findKey returns the request's key from Config.Key; body is nil unless the key is in it.
+func (e *Engine) findKey(r *http.Request, body *bytes.Buffer) (string, bool, error) {
+	var b []byte
+	if body != nil {
+		b = body.Bytes()
+	}
+	return e.cfg.Key.find(r, b, e.header, e.cfg.MinKeyLength)
 }
 
 // applies reports whether r's method is one of Config.Methods.
@@ -162,7 +188,7 @@ func (e *Engine) answer(w http.ResponseWriter, r *http.Request, c storage.Claim,
 	case !bytes.Equal(rec.Fingerprint, c.Fingerprint):
 		e.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idem: key reused with a different request; answering 422", e.attrs(c, ErrKeyReused)...)
 		e.problem(w, r, c, OutcomeMismatch, e.newProblem(ProblemKeyReused,
-			fmt.Sprintf("This %s was first used with a different request (method, path or body); use a new key for a new request.", e.cfg.HeaderName), ErrKeyReused))
+			fmt.Sprintf("This %s was first used with a different request (method, path or body); use a new key for a new request.", e.cfg.Key.noun(e.cfg.HeaderName)), ErrKeyReused))
 	case rec.State != storage.StateCompleted || rec.Response == nil:
 		e.inProgress(w, r, c, ErrInProgress)
 	default:
@@ -217,36 +243,33 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c storage.Claim
 		r2.Body = rn
 	}
 	buf := getBuffer()
-	e.runHandler(r, c, lock, next, buf, r2)
+	e.guard(r.Context(), c, lock, func() { next(buf, r2) })
 	defer putBuffer(buf)
 
 	// The context the outcome is recorded with: the handler's work is done, so a client
 	// that hangs up now must not abort the commit half-way. The store bounds Complete and
 	// Release itself (Claim.Timeout), so no timer is paid here on stores that never block.
 	rctx := context.WithoutCancel(r.Context())
-	switch {
-	case op.leaseErr != nil:
-		e.release(rctx, r, c, lock, op.leaseErr)
-		e.inProgress(w, r, c, op.leaseErr)
-		return
-	case r.Context().Err() != nil:
-		err := context.Cause(r.Context())
-		e.release(rctx, r, c, lock, err)
+	if err := interrupted(r.Context(), op); err != nil {
+		e.release(rctx, c, lock, err)
+		if errors.Is(err, ErrLeaseLost) {
+			e.inProgress(w, r, c, err)
+			return
+		}
 		e.cfg.Problem(w, r, e.newProblem(ProblemNotRecorded,
 			"The request was cancelled before it finished; nothing was recorded, so it may be retried with the same key.", err))
 		return
 	}
 	status := buf.Status()
 	if !e.cfg.Storable(status) {
-		e.release(rctx, r, c, lock, fmt.Errorf("idem: status %d is not storable", status))
+		e.release(rctx, c, lock, fmt.Errorf("idem: status %d is not storable", status))
 		writeBuffer(w, buf)
 		return
 	}
 	resp := e.recordable(buf)
-	err := lock.Complete(rctx, resp)
+	err := e.complete(rctx, c, lock, resp)
 	putResponse(resp)
 	if err != nil {
-		e.release(rctx, r, c, lock, err)
 		if errors.Is(err, ErrLeaseLost) {
 			e.inProgress(w, r, c, err)
 			return
@@ -260,26 +283,54 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c storage.Claim
 	e.observe(r.Context(), c, OutcomeCompleted, status, nil)
 }
 
-// runHandler runs next; on a panic it releases the key, then re-raises the panic so the
-// framework's recovery still answers.
-func (e *Engine) runHandler(r *http.Request, c storage.Claim, lock storage.Lock, next func(*Buffer, *http.Request), buf *Buffer, r2 *http.Request) {
+// The steps below run every claimed operation, an HTTP request's (execute) or a
+// function's (Do).
+
+// guard runs f, the operation's work under lock; on a panic it releases the key, then
+// re-raises the panic (so a framework's recovery still answers).
+func (e *Engine) guard(ctx context.Context, c storage.Claim, lock storage.Lock, f func()) {
 	defer func() {
 		if p := recover(); p != nil {
-			e.release(context.WithoutCancel(r.Context()), r, c, lock, fmt.Errorf("idem: handler panicked: %v", p))
+			e.release(context.WithoutCancel(ctx), c, lock, fmt.Errorf("idem: panicked: %v", p))
 			panic(p)
 		}
 	}()
-	next(buf, r2)
+	f()
 }
 
-func (e *Engine) release(ctx context.Context, r *http.Request, c storage.Claim, lock storage.Lock, cause error) {
+// interrupted reports why an operation whose work has returned must not be recorded: a
+// phase found its lease taken over (an error wrapping ErrLeaseLost), or ctx was cancelled
+// (its cause). nil means record it.
+func interrupted(ctx context.Context, op *Operation) error {
+	switch {
+	case op.leaseErr != nil:
+		return op.leaseErr
+	case ctx.Err() != nil:
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
+// complete records resp as c's outcome. When that fails it releases the key, so a retry
+// runs again (in atomic mode nothing committed), and returns the store's error, which
+// wraps ErrLeaseLost when another worker took the key over.
+func (e *Engine) complete(ctx context.Context, c storage.Claim, lock storage.Lock, resp *storage.Response) error {
+	err := lock.Complete(ctx, resp)
+	if err != nil {
+		e.release(ctx, c, lock, err)
+	}
+	return err
+}
+
+// release gives the key up after cause, logging and observing it.
+func (e *Engine) release(ctx context.Context, c storage.Claim, lock storage.Lock, cause error) {
 	err := lock.Release(ctx)
 	if err != nil {
 		e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: releasing the key failed", append(e.attrs(c, err), slog.Any("cause", cause))...)
 	} else {
 		e.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "idem: released the key; a retry runs again", e.attrs(c, cause)...)
 	}
-	e.observe(r.Context(), c, OutcomeRolledBack, 0, errors.Join(cause, err))
+	e.observe(ctx, c, OutcomeRolledBack, 0, errors.Join(cause, err))
 }
 
 var responsePool = sync.Pool{New: func() any { return &storage.Response{Header: make(http.Header, 4)} }}
@@ -336,7 +387,7 @@ func (e *Engine) storeFailed(w http.ResponseWriter, r *http.Request, c storage.C
 func (e *Engine) inProgress(w http.ResponseWriter, r *http.Request, c storage.Claim, err error) {
 	e.cfg.Logger.LogAttrs(r.Context(), slog.LevelInfo, "idem: key in progress; answering 409", e.attrs(c, err)...)
 	e.problem(w, r, c, OutcomeConflict, e.newProblem(ProblemInProgress,
-		fmt.Sprintf("A request with this %s is still being processed. Retry later with the same key to get its response.", e.cfg.HeaderName), err))
+		fmt.Sprintf("A request with this %s is still being processed. Retry later with the same key to get its response.", e.cfg.Key.noun(e.cfg.HeaderName)), err))
 }
 
 // attrs are the fields of every log line about c.

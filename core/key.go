@@ -44,19 +44,28 @@ func ParseKey(values []string, minLen int) (key string, ok bool, err error) {
 		}
 		key = v
 	}
+	if err := checkKey(key, minLen); err != nil {
+		return "", true, err
+	}
+	return key, true, nil
+}
+
+// checkKey holds a key found anywhere (a header, a JSON field, a message ID) to the key
+// contract: minLen–255 characters of printable ASCII. Every rejection wraps ErrInvalidKey.
+func checkKey(key string, minLen int) error {
 	if len(key) == 0 {
-		return "", true, fmt.Errorf("%w: empty", ErrInvalidKey)
+		return fmt.Errorf("%w: empty", ErrInvalidKey)
 	}
 	if len(key) > MaxKeyLength {
-		return "", true, fmt.Errorf("%w: %d characters, at most %d", ErrInvalidKey, len(key), MaxKeyLength)
+		return fmt.Errorf("%w: %d characters, at most %d", ErrInvalidKey, len(key), MaxKeyLength)
 	}
 	if len(key) < minLen {
-		return "", true, fmt.Errorf("%w: %d characters, at least %d", ErrInvalidKey, len(key), minLen)
+		return fmt.Errorf("%w: %d characters, at least %d", ErrInvalidKey, len(key), minLen)
 	}
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x20 || c > 0x7e {
-			return "", true, fmt.Errorf("%w: byte 0x%02x at %d is not printable ASCII", ErrInvalidKey, c, i)
+			return fmt.Errorf("%w: byte 0x%02x at %d is not printable ASCII", ErrInvalidKey, c, i)
 		}
 	}
-	return key, true, nil
+	return nil
 }

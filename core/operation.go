@@ -13,8 +13,8 @@ import (
 
 type operationKey struct{}
 
-// Operation is the idempotent operation a keyed request runs, as its handler sees it.
-// Get it with OperationFrom. It is used by the request's goroutine only.
+// Operation is the idempotent operation a keyed request (or an Engine.Do) runs, as its
+// handler sees it. Get it with OperationFrom. It is used by the request's goroutine only.
 type Operation struct {
 	key      string
 	scope    string
@@ -78,7 +78,8 @@ func OperationFromSafely(ctx context.Context) (*Operation, error) {
 	return nil, ErrNoOperation
 }
 
-// Key returns the Idempotency-Key of the request.
+// Key returns the operation's key: the request's Idempotency-Key (or the key Config.Key
+// found), or the message ID given to Engine.Do.
 func (o *Operation) Key() string { return o.key }
 
 // Scope returns the scope the key lives in.

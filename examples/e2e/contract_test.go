@@ -44,6 +44,7 @@ func TestExamples(t *testing.T) {
 			{"GetOrders", testGetOrders},
 			{"Payments", testPayments},
 			{"GetIgnoresKey", testGetIgnoresKey},
+			{"Webhooks", testWebhooks},
 		} {
 			if !t.Run(c.name, func(t *testing.T) { c.f(t, s) }) {
 				break

@@ -49,6 +49,9 @@ func router(app *demo.App) http.Handler {
 	v1.GET("/payments", handle(app.ListPayments))
 	v1.GET("/payments/:id", handleID(app.GetPayment))
 	v1.GET("/provider/charges", handle(app.ListCharges))
+	webhooks := echoidem.NewWithConfig(echoidem.Config{Scope: scope, Config: app.WebhooksIdem()}) // key: the event's "id"
+	v1.POST("/webhooks/provider", handle(app.ReceiveEvent), webhooks)
+	v1.GET("/webhooks/provider/events", handle(app.ListEvents))
 	return e
 }
 

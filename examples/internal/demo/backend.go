@@ -187,7 +187,7 @@ func (b *backend) upsert(conflict, set string) string {
 // createSchema creates the business tables when missing, then the key table.
 func (b *backend) createSchema(ctx context.Context) error {
 	ddl := map[string][]string{kindSQLite: sqliteSchema, kindPostgres: postgresSchema, kindMySQL: mysqlSchema}[b.dialect]
-	for _, stmt := range ddl {
+	for _, stmt := range append(ddl[:len(ddl):len(ddl)], webhookSchema[b.dialect]...) {
 		if err := b.db.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("create schema: %w", err)
 		}

@@ -1,0 +1,172 @@
+package core
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/idemkit/idem/core/storage"
+)
+
+// Do runs fn at most once for the message or job id in scope, across redeliveries,
+// retries and instances: the function-level entry point, for code that is not an HTTP
+// handler (a queue consumer, a job, a webhook processed after it was acknowledged). It
+// runs the middleware's protocol (claim, execute, record) on the same store and Config:
+// Mode, Lease, LeaseWait, LockWait, StoreTimeout, MaxResponseBody, Logger and Hooks apply.
+//
+// fingerprint identifies what the message asks for (its payload, or a hash of it; any
+// bytes, Do hashes them): a redelivery of id with another fingerprint is refused. nil
+// means the ID is enough. The id is held to the key contract (1–255 characters of
+// printable ASCII; Config.MinKeyLength does not apply, the ID is not a client's guess).
+//
+// fn runs with a ctx carrying the Operation (OperationFrom: phases, derived keys) and the
+// store's transaction. In atomic mode (pgxstore, gormstore) that is the claim's: write
+// through pgxstore.Tx(ctx) or gormstore.DB(ctx), and the business write and the ID's
+// record commit together or not at all. In phased mode each Operation.Phase commits on
+// its own, and a retry after a failure or an expired lease resumes after the last one.
+// The result is what fn chooses to keep (nothing, or a small JSON): it is recorded, at
+// most MaxResponseBody bytes, and every duplicate gets it back.
+//
+// What Do returns:
+//
+//   - A fresh id: fn's result with replayed false, once fn returned nil and its outcome
+//     was recorded (committed). Acknowledge the message now.
+//   - A completed id with the same fingerprint: the recorded result, replayed true; fn
+//     does not run. Acknowledge the message: it was a duplicate.
+//   - An id in flight (another consumer runs it now; in atomic mode Do waits up to
+//     LockWait first, in phased mode up to LeaseWait), or whose lease a phase of fn found
+//     taken over: an error wrapping ErrInProgress. Redeliver later (a NAK with a delay).
+//   - An id recorded with another fingerprint: an error wrapping ErrKeyReused. The
+//     message is not the one first seen under its ID; it will never succeed (terminate it).
+//   - fn returned an error: the ID is released (atomic mode rolls fn's writes back) and
+//     the error is returned wrapped, so a redelivery runs fn again. A panic in fn releases
+//     the ID too and is re-raised. A ctx cancelled before fn returned, or a result over
+//     MaxResponseBody, releases the ID and returns an error saying so.
+//   - The store failed or could not record the outcome: an error wrapping the store's
+//     (ErrTransient for a serialization failure: retry at once). Nothing ran unprotected;
+//     redeliver later.
+//   - An empty scope: ErrEmptyScope; a malformed id: ErrInvalidKey. Both are the caller's
+//     bug; nothing is claimed.
+//
+// Hooks and the Logger see Do's outcomes as they see a request's, with empty Method and
+// Path and a Status of 0.
+func (e *Engine) Do(ctx context.Context, scope, id string, fingerprint []byte, fn func(ctx context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
+	c := storage.Claim{Scope: scope, Key: id, Fingerprint: doFingerprint(fingerprint), Mode: e.mode.storage(),
+		Lease: e.cfg.Lease, LockWait: e.cfg.LockWait, Retention: e.retention, Timeout: e.cfg.LockWait + e.cfg.StoreTimeout}
+	if scope == "" {
+		e.observe(ctx, c, OutcomeRejected, 0, ErrEmptyScope)
+		return nil, false, fmt.Errorf("idem: Do %q: %w", id, ErrEmptyScope)
+	}
+	if err := checkKey(id, 1); err != nil {
+		e.observe(ctx, c, OutcomeRejected, 0, err)
+		return nil, false, fmt.Errorf("idem: Do: message ID %q: %w", id, err)
+	}
+	lock, rec, err := e.claim(ctx, c)
+	switch {
+	case err != nil:
+		return nil, false, e.doStoreFailed(ctx, c, err)
+	case rec != nil:
+		return e.doHeld(ctx, c, rec)
+	}
+	result, err = e.doRun(ctx, c, lock, fn)
+	return result, false, err
+}
+
+// doDomain separates Do's fingerprints from requests': a message ID never matches a
+// request's key recorded in the same scope.
+const doDomain = "idem.Do\x00"
+
+func doFingerprint(fp []byte) []byte {
+	h := sha256.New()
+	h.Write([]byte(doDomain))
+	h.Write(fp)
+	return h.Sum(make([]byte, 0, sha256.Size))
+}
+
+// doHeld answers a Do whose ID rec holds.
+func (e *Engine) doHeld(ctx context.Context, c storage.Claim, rec *storage.Record) ([]byte, bool, error) {
+	switch {
+	case !bytes.Equal(rec.Fingerprint, c.Fingerprint):
+		e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: message ID reused with another fingerprint; returning ErrKeyReused", e.attrs(c, ErrKeyReused)...)
+		e.observe(ctx, c, OutcomeMismatch, 0, ErrKeyReused)
+		return nil, false, fmt.Errorf("idem: Do %q: %w", c.Key, ErrKeyReused)
+	case rec.State != storage.StateCompleted || rec.Response == nil:
+		return nil, false, e.doInProgress(ctx, c, ErrInProgress)
+	}
+	e.observe(ctx, c, OutcomeReplayed, 0, nil)
+	return bytes.Clone(rec.Response.Body), true, nil
+}
+
+// doRun runs fn under lock and records its result.
+func (e *Engine) doRun(ctx context.Context, c storage.Claim, lock storage.Lock, fn func(context.Context) ([]byte, error)) ([]byte, error) {
+	outcome := OutcomeClaimed
+	if lock.TakenOver() {
+		outcome = OutcomeTookOver
+	}
+	e.observe(ctx, c, outcome, 0, nil)
+
+	rn := newRun(ctx, c.Scope, c.Key, lock, nil)
+	var (
+		result []byte
+		ferr   error
+	)
+	e.guard(ctx, c, lock, func() { result, ferr = fn(lock.Context(rn)) })
+
+	rctx := context.WithoutCancel(ctx) // fn is done: recording must not be cut short
+	if err := interrupted(ctx, &rn.op); err != nil {
+		e.release(rctx, c, lock, err)
+		if errors.Is(err, ErrLeaseLost) {
+			return nil, e.doInProgress(ctx, c, err)
+		}
+		return nil, fmt.Errorf("idem: Do %q: cancelled before it finished; nothing was recorded: %w", c.Key, err)
+	}
+	if ferr != nil {
+		e.release(rctx, c, lock, ferr)
+		return nil, fmt.Errorf("idem: Do %q: %w", c.Key, ferr)
+	}
+	if len(result) > e.cfg.MaxResponseBody {
+		err := fmt.Errorf("idem: Do %q: the result of %d bytes is over MaxResponseBody (%d); nothing was recorded", c.Key, len(result), e.cfg.MaxResponseBody)
+		e.release(rctx, c, lock, err)
+		return nil, err
+	}
+	if err := e.complete(rctx, c, lock, &storage.Response{Status: http.StatusOK, Body: result}); err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			return nil, e.doInProgress(ctx, c, err)
+		}
+		e.cfg.Logger.LogAttrs(rctx, slog.LevelError, "idem: recording the outcome of Do failed; the caller gets an error and may retry", e.attrs(c, err)...)
+		e.observe(ctx, c, OutcomeStoreError, 0, err)
+		return nil, fmt.Errorf("idem: Do %q: the outcome could not be recorded or confirmed; retry: %w", c.Key, err)
+	}
+	e.observe(ctx, c, OutcomeCompleted, 0, nil)
+	return result, nil
+}
+
+// doInProgress reports an ID another worker holds. err wraps ErrInProgress or
+// ErrLeaseLost; the error returned wraps ErrInProgress either way.
+func (e *Engine) doInProgress(ctx context.Context, c storage.Claim, err error) error {
+	e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "idem: message ID in progress; returning ErrInProgress", e.attrs(c, err)...)
+	e.observe(ctx, c, OutcomeConflict, 0, err)
+	if errors.Is(err, ErrInProgress) {
+		return fmt.Errorf("idem: Do %q: %w", c.Key, err)
+	}
+	return fmt.Errorf("idem: Do %q: %w: %w", c.Key, ErrInProgress, err)
+}
+
+// doStoreFailed reports a claim the store could not make.
+func (e *Engine) doStoreFailed(ctx context.Context, c storage.Claim, err error) error {
+	switch {
+	case errors.Is(err, ErrInProgress):
+		return e.doInProgress(ctx, c, err)
+	case errors.Is(err, ErrTransient):
+		e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "idem: Do collided with a twin and rolled back; returning ErrTransient", e.attrs(c, err)...)
+		e.observe(ctx, c, OutcomeConflict, 0, err)
+	default:
+		e.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idem: store failed; Do did not run the function unprotected", e.attrs(c, err)...)
+		e.observe(ctx, c, OutcomeStoreError, 0, err)
+	}
+	return fmt.Errorf("idem: Do %q: %w", c.Key, err)
+}
