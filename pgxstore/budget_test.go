@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/pgxstore"
@@ -79,6 +80,10 @@ func label(sql string) string {
 	switch {
 	case strings.HasPrefix(s, "begin"):
 		return "begin"
+	case strings.Contains(s, "advisory_xact_lock"):
+		return "lock"
+	case strings.HasPrefix(s, "insert into") && strings.Contains(s, "'completed'"):
+		return "record"
 	case s == "commit", s == "rollback":
 		return s
 	case strings.HasPrefix(s, "with ins as"), strings.HasPrefix(s, "insert into") && strings.Contains(s, "idempotency_keys"):
@@ -114,11 +119,25 @@ func TestStatementBudget(t *testing.T) {
 		firstR int      // its round trips
 		replay []string
 		replyR int
+		// readOnly: the replay sends no statement that writes, not even an INSERT that
+		// conflicts.
+		readOnly bool
 	}{{
-		// BEGIN+claim, the handler's INSERT, completion+COMMIT: three round trips, as
-		// many as the handler's own BEGIN; INSERT; COMMIT would take.
+		// BEGIN, the key's advisory lock and the lookup in one round trip; the handler's
+		// INSERT; the completed key row and COMMIT in one: three round trips, as many as
+		// the handler's own BEGIN; INSERT; COMMIT would take, and one write to the key
+		// table.
 		name:  "atomic",
 		mode:  core.ModeAtomic,
+		first: []string{"begin", "lock", "lookup", "orders", "record", "commit"}, firstR: 3,
+		// The lookup finds the completed row; the transaction, which wrote nothing, is
+		// rolled back: two round trips.
+		replay: []string{"begin", "lock", "lookup", "rollback"}, replyR: 2, readOnly: true,
+	}, {
+		// The key row first, updated to completed at the end: the key row written twice.
+		name:  "atomic-claim-first",
+		mode:  core.ModeAtomic,
+		opts:  []pgxstore.Option{pgxstore.WithClaimFirst()},
 		first: []string{"begin", "claim", "orders", "complete", "commit"}, firstR: 3,
 		// The claim conflicts; the lookup reads the completed row; the transaction is
 		// rolled back.
@@ -127,8 +146,8 @@ func TestStatementBudget(t *testing.T) {
 		name:  "atomic-lookup-first",
 		mode:  core.ModeAtomic,
 		opts:  []pgxstore.Option{pgxstore.WithLookupFirst()},
-		first: []string{"lookup", "begin", "claim", "orders", "complete", "commit"}, firstR: 4,
-		replay: []string{"lookup"}, replyR: 1,
+		first: []string{"lookup", "begin", "lock", "lookup", "orders", "record", "commit"}, firstR: 4,
+		replay: []string{"lookup"}, replyR: 1, readOnly: true,
 	}, {
 		// The claim commits alone; the handler's Tx begins the final transaction, which
 		// Complete commits with the response (checking the token first).
@@ -145,9 +164,7 @@ func TestStatementBudget(t *testing.T) {
 			store, schema := newStore(t, db, tc.opts...)
 			exec(t, db, fmt.Sprintf(`CREATE TABLE %s.orders (id bigserial PRIMARY KEY, idem_key text NOT NULL)`, schema))
 			eng, err := core.New(core.Config{Store: store, Mode: tc.mode})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			h := eng.Middleware(func(*http.Request) string { return "acme" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				ctx := r.Context()
 				if _, err := pgxstore.Tx(ctx).Exec(ctx, fmt.Sprintf(`INSERT INTO %s.orders (idem_key) VALUES ($1)`, schema),
@@ -169,22 +186,22 @@ func TestStatementBudget(t *testing.T) {
 			do("warm-up")
 			tr.take()
 
-			if code := do("k"); code != http.StatusCreated {
-				t.Fatalf("first request: %d", code)
-			}
+			require.Equal(t, http.StatusCreated, do("k"), "first request")
 			stmts, rt := tr.take()
-			if got := labels(stmts); !slices.Equal(got, tc.first) || rt != tc.firstR {
-				t.Fatalf("first request: %d round trips %v, want %d round trips %v", rt, got, tc.firstR, tc.first)
-			}
-			if code := do("k"); code != http.StatusCreated {
-				t.Fatalf("replay: %d", code)
-			}
+			assert.Equal(t, tc.first, labels(stmts), "first request: statements")
+			assert.Equal(t, tc.firstR, rt, "first request: round trips")
+			require.Equal(t, http.StatusCreated, do("k"), "replay")
 			stmts, rt = tr.take()
-			if got := labels(stmts); !slices.Equal(got, tc.replay) || rt != tc.replyR {
-				t.Fatalf("replay: %d round trips %v, want %d round trips %v", rt, got, tc.replyR, tc.replay)
+			assert.Equal(t, tc.replay, labels(stmts), "replay: statements")
+			assert.Equal(t, tc.replyR, rt, "replay: round trips")
+			for _, st := range stmts {
+				if !tc.readOnly {
+					break
+				}
+				assert.NotContains(t, []string{"claim", "record", "complete"}, st.label, "a replay writes nothing")
 			}
-			if len(stmts) == 1 && stmts[0].txStatus != 'I' {
-				t.Fatalf("the replay's statement ran in transaction status %q, want outside a transaction ('I')", stmts[0].txStatus)
+			if len(stmts) == 1 {
+				assert.Equal(t, byte('I'), stmts[0].txStatus, "the replay's one statement runs outside a transaction")
 			}
 			t.Logf("first request: %d statements in %d round trips %v; replay: %d in %d %v",
 				len(tc.first), tc.firstR, tc.first, len(tc.replay), tc.replyR, tc.replay)

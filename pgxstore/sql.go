@@ -35,7 +35,10 @@ type queries struct {
 	schema   string // the DDL of schema.sql
 	migrate  string // schema under an advisory lock
 	claim    string // phased: claim, or return the row holding the key
-	insert   string // atomic: claim only
+	insert   string // atomic with WithClaimFirst: claim only
+	tryLock  string // atomic: the key's advisory lock, if free, and the lock wait
+	lock     string // atomic: the key's advisory lock, waiting for it
+	record   string // atomic: insert the completed key row
 	lookup   string
 	replace  string
 	takeover string
@@ -98,6 +101,24 @@ SELECT $1::text, $2::text, $3::bytea, $4::text, $5::text, 'started', 'started',
 WHERE set_config('lock_timeout', $8::text, true) IS NOT NULL
 ON CONFLICT (scope, idem_key) DO NOTHING
 RETURNING true`, t),
+
+		// tryLock and lock take the transaction-scoped advisory lock of a key (its hash:
+		// see lockHash), the first without waiting, the second waiting up to lock_timeout,
+		// which both set for the rest of the transaction (the handler's statements
+		// included, as the claim's INSERT does with WithClaimFirst). The target list is
+		// evaluated in order: lock_timeout is set before lock waits.
+		// $1 lock_timeout (ms), $2 the key's hash.
+		tryLock: `SELECT set_config('lock_timeout', $1::text, true), pg_try_advisory_xact_lock($2::bigint)`,
+		lock:    `SELECT set_config('lock_timeout', $1::text, true), pg_advisory_xact_lock($2::bigint)`,
+
+		// record inserts the completed key row, the one write of an atomic request, just
+		// before COMMIT. A plain INSERT: if a twin recorded the key first it fails (23505)
+		// and aborts the transaction, so the COMMIT sent with it cannot commit the
+		// handler's writes. $1 scope, $2 key, $3 fingerprint, $4 method, $5 path,
+		// $6 recovery point, $7 status, $8 headers, $9 body.
+		record: fmt.Sprintf(`INSERT INTO %s (scope, idem_key, request_hash, method, path, state, recovery_point,
+	response_code, response_headers, response_body, created_at, completed_at)
+VALUES ($1, $2, $3, $4, $5, 'completed', $6, $7, $8, $9, now(), statement_timestamp())`, t),
 
 		// lookup reads a key without claiming it. $1 scope, $2 key, $3 retention (µs).
 		lookup: fmt.Sprintf(`SELECT false, %[2]s, %[3]s, %[4]s FROM %[1]s WHERE scope = $1 AND idem_key = $2`,

@@ -104,6 +104,16 @@ func WithIsolation(level pgx.TxIsoLevel) Option {
 // same round trip as BEGIN).
 func WithLookupFirst() Option { return func(s *Store) { s.lookupFirst = true } }
 
+// WithClaimFirst makes an atomic claim write the key row first, as a started row the
+// completion then updates (INSERT … ON CONFLICT DO NOTHING, then UPDATE), instead of
+// taking the key's advisory lock and inserting the completed row once, just before
+// COMMIT. It writes the key row twice, so a first request costs more (see
+// BENCHMARKS.md); use it on an engine whose advisory locks do not serialise
+// transactions (some distributed PostgreSQL-compatible engines accept the call and do
+// not lock), where a twin then still waits on the row instead of running its handler
+// and failing on the key's INSERT. Default: off.
+func WithClaimFirst() Option { return func(s *Store) { s.claimFirst = true } }
+
 // WithSweepByPrimaryKey makes DeleteExpired delete by primary key instead of by ctid, for
 // databases without a stable ctid (Citus, CockroachDB, YugabyteDB). Default: by ctid.
 func WithSweepByPrimaryKey() Option { return func(s *Store) { s.sweepPK = true } }
@@ -116,8 +126,10 @@ type Store struct {
 	retention   time.Duration
 	iso         pgx.TxIsoLevel
 	lookupFirst bool
+	claimFirst  bool
 	sweepPK     bool
 	q           queries
+	lockSeed    uint64 // lockHash's state after the table name
 	// sem serialises use of a DB that is one connection (*pgx.Conn, pgx.Tx); nil for a
 	// pool.
 	sem chan struct{}
@@ -140,7 +152,39 @@ func New(db DB, opts ...Option) *Store {
 		s.sem = make(chan struct{}, 1)
 	}
 	s.q = newQueries(s.table)
+	s.lockSeed = fnvString(fnvOffset, s.table.Sanitize())
 	return s
+}
+
+// FNV-1a, 64 bits.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+// fnvString folds len(v) and v into the FNV-1a state h.
+func fnvString(h uint64, v string) uint64 {
+	for n := uint64(len(v)); ; n >>= 8 { // the length first, so that no two fields run together
+		h = (h ^ n&0xff) * fnvPrime
+		if n < 0x100 {
+			break
+		}
+	}
+	for i := 0; i < len(v); i++ {
+		h = (h ^ uint64(v[i])) * fnvPrime
+	}
+	return h
+}
+
+// lockHash is the advisory lock key of (scope, key) in the store's table: 64 bits of
+// FNV-1a over the table name, the scope and the key, computed here so that every instance
+// of the application (any version, any platform) locks the same number. Two different
+// keys can share a hash: they then wait for each other needlessly (up to the lock wait,
+// then 409), which at 64 bits is about as likely as n²/2⁶⁵ for n keys in flight at once;
+// the primary key, not the lock, decides what is recorded. The lock shares the database's
+// one-bigint advisory lock space with the application's own advisory locks.
+func (s *Store) lockHash(scope, key string) int64 {
+	return int64(fnvString(fnvString(s.lockSeed, scope), key))
 }
 
 // Schema returns the DDL of the store's table (schema.sql with the configured table name),
