@@ -221,6 +221,19 @@ func (s *Store) claimAtomic(ctx context.Context, c storage.Claim) (storage.Lock,
 			once = s.claimRowFirst
 		}
 		lock, rec, err := once(ctx, c, time.Until(deadline))
+		if errors.Is(err, errWaited) {
+			// The twin this claim waited for has ended: a statement of its own, with a
+			// snapshot taken now, sees the record it committed, if any.
+			var row claimRow
+			found, lerr := s.scanRow(ctx, nil, time.Until(deadline), s.q.lookup, []any{c.Scope, c.Key, c.Retention.Microseconds()}, &row)
+			switch {
+			case lerr != nil:
+				return nil, nil, classify(ctx, "claim: look up", lerr, true)
+			case found && decide(&row, true, c.Fingerprint) == vRecord:
+				rec, err := row.record(c)
+				return nil, rec, err
+			}
+		}
 		switch {
 		case err == nil || !errors.Is(err, storage.ErrTransient) || attempt+1 >= maxRetries:
 			return lock, rec, err
@@ -303,9 +316,9 @@ func (s *Store) claimRowFirst(ctx context.Context, c storage.Claim, wait time.Du
 // waiting for a twin: its snapshot was taken before the twin committed.
 var errWaited = fmt.Errorf("pgxstore: claim: waited for a twin: %w", storage.ErrTransient)
 
-// claimLocked is one atomic claim that writes nothing: it takes the key's
-// transaction-scoped advisory lock (a twin in flight holds it, so it waits for the twin,
-// up to the lock wait) and looks the key up. No row: the key is claimed and Complete
+// claimLocked is one atomic claim that writes nothing: when no row holds the key it takes
+// the key's transaction-scoped advisory lock (a twin in flight holds it, so it waits for
+// the twin, up to the lock wait), and it looks the key up. No row: the key is claimed and Complete
 // inserts the completed row, the request's one write to the key table. A row: replayed,
 // or replaced or taken over as the conformance contract says (those write it at once, and
 // Complete updates it).
@@ -338,7 +351,7 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 	} else if l.tx, err = s.begin(ctx, wait); err != nil {
 		return nil, nil, classify(ctx, "claim", err, true)
 	}
-	b.Queue(s.q.tryLock, ms, hash)
+	b.Queue(s.q.tryLock, ms, hash, c.Scope, c.Key)
 	b.Queue(s.q.lookup, c.Scope, c.Key, retention)
 	var br pgx.BatchResults
 	if fast {
@@ -348,7 +361,8 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 	} else {
 		br = l.tx.SendBatch(ctx, b)
 	}
-	var locked, found bool
+	var locked *bool // nil: a row held the key, so no lock was tried
+	var found bool
 	if err == nil {
 		err = br.QueryRow().Scan(nil, &locked)
 	}
@@ -358,8 +372,9 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil && !locked {
-		// A twin holds the key's lock (or, rarely, a key of the same hash).
+	if err == nil && (locked != nil && !*locked || locked == nil && !found) {
+		// A twin holds the key's lock (or, rarely, a key of the same hash), or the row
+		// that held the key went away between the two statements.
 		row = claimRow{}
 		if s.iso == pgx.ReadCommitted {
 			b = &pgx.Batch{}
@@ -385,9 +400,10 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 		l.slot = &slot{inner: l.tx}
 		return l, nil, nil
 	}
-	// A row holds the key: report it, or replace or take it over in this transaction.
-	// Under the advisory lock, a row that vanishes meanwhile (the sweeper) leaves the
-	// key to this claim, to insert at Complete.
+	// A row holds the key: report it, or replace or take it over in this transaction
+	// (its row lock serialises racing claimers; the UPDATEs are conditional). A row that
+	// vanishes meanwhile (the sweeper) leaves the key to this claim, to insert at
+	// Complete.
 	l.tok = newToken()
 	read := func(row *claimRow) (bool, error) {
 		found, err := s.scanRow(ctx, l.tx, wait, s.q.lookup, []any{c.Scope, c.Key, retention}, row)

@@ -102,14 +102,18 @@ WHERE set_config('lock_timeout', $8::text, true) IS NOT NULL
 ON CONFLICT (scope, idem_key) DO NOTHING
 RETURNING true`, t),
 
-		// tryLock and lock take the transaction-scoped advisory lock of a key (its hash:
-		// see lockHash), the first without waiting, the second waiting up to lock_timeout,
-		// which both set for the rest of the transaction (the handler's statements
-		// included, as the claim's INSERT does with WithClaimFirst). The target list is
-		// evaluated in order: lock_timeout is set before lock waits.
-		// $1 lock_timeout (ms), $2 the key's hash.
-		tryLock: `SELECT set_config('lock_timeout', $1::text, true), pg_try_advisory_xact_lock($2::bigint)`,
-		lock:    `SELECT set_config('lock_timeout', $1::text, true), pg_advisory_xact_lock($2::bigint)`,
+		// tryLock takes the transaction-scoped advisory lock of a key (its hash: see
+		// lockHash) without waiting, if no row holds the key: true, got it; false, a twin
+		// holds it; NULL, a row holds the key (its row lock serialises what follows, so a
+		// replay never touches the advisory lock). lock takes it waiting up to
+		// lock_timeout. Both set lock_timeout for the rest of the transaction (the
+		// handler's statements included, as the claim's INSERT does with WithClaimFirst);
+		// the target list is evaluated in order, so it is set before lock waits.
+		// $1 lock_timeout (ms), $2 the key's hash, $3 scope, $4 key.
+		tryLock: fmt.Sprintf(`SELECT set_config('lock_timeout', $1::text, true),
+	CASE WHEN EXISTS (SELECT 1 FROM %s WHERE scope = $3 AND idem_key = $4) THEN NULL
+	ELSE pg_try_advisory_xact_lock($2::bigint) END`, t),
+		lock: `SELECT set_config('lock_timeout', $1::text, true), pg_advisory_xact_lock($2::bigint)`,
 
 		// record inserts the completed key row, the one write of an atomic request, just
 		// before COMMIT. A plain INSERT: if a twin recorded the key first it fails (23505)
