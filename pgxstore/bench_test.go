@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strconv"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/pgxstore"
 )
@@ -152,6 +155,7 @@ var floorVariants = []floorVariant{
 	{name: "bare", op: bareOp},
 	{name: "floor", op: floorOp},
 	{name: "atomic", opts: []pgxstore.Option{}, mode: storage.ModeAtomic, op: idemOp(storage.ModeAtomic)},
+	{name: "atomic-claim-first", opts: []pgxstore.Option{pgxstore.WithClaimFirst()}, mode: storage.ModeAtomic, op: idemOp(storage.ModeAtomic)},
 	{name: "phased", opts: []pgxstore.Option{}, mode: storage.ModePhased, op: idemOp(storage.ModePhased)},
 }
 
@@ -239,3 +243,71 @@ func BenchmarkReplay(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMiddleware counts what one request costs in Go through core's net/http
+// middleware and the store (allocations above all): a first request whose handler
+// inserts an order, and a replay. One client at a time.
+//
+//	go test -run '^$' -bench BenchmarkMiddleware -benchmem ./pgxstore
+func BenchmarkMiddleware(b *testing.B) {
+	db := benchPool(b)
+	for _, v := range []struct {
+		name string
+		mode core.Mode
+		opts []pgxstore.Option
+	}{
+		{"atomic", core.ModeAtomic, nil},
+		{"atomic-claim-first", core.ModeAtomic, []pgxstore.Option{pgxstore.WithClaimFirst()}},
+		{"phased", core.ModePhased, nil},
+	} {
+		store, schema := benchTables(b, db, v.opts)
+		eng, err := core.New(core.Config{Store: store, Mode: v.mode})
+		require.NoError(b, err)
+		insert := "INSERT INTO " + schema + ".orders (idem_key, amount) VALUES ($1, $2)"
+		h := eng.Middleware(func(*http.Request) string { return "bench" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx := r.Context()
+			if _, err := pgxstore.Tx(ctx).Exec(ctx, insert, core.OperationFrom(ctx).Key(), 100); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Location", "/orders/1")
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write(benchResponse.Body)
+		}))
+		run := func(b *testing.B, key func(i int) string) {
+			body := strings.NewReader(`{"amount":100}`)
+			r := httptest.NewRequest(http.MethodPost, "/orders", nil)
+			r.Header.Set("Content-Type", "application/json")
+			w := &discard{h: make(http.Header)}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				body.Reset(`{"amount":100}`)
+				r.Body = io.NopCloser(body)
+				r.Header["Idempotency-Key"] = []string{key(i)}
+				clear(w.h)
+				h.ServeHTTP(w, r)
+				if w.status != http.StatusCreated {
+					b.Fatalf("status %d", w.status)
+				}
+			}
+		}
+		var seq atomic.Int64
+		b.Run(v.name+"/first", func(b *testing.B) {
+			run(b, func(int) string { return "first-" + strconv.FormatInt(seq.Add(1), 10) })
+		})
+		b.Run(v.name+"/replay", func(b *testing.B) { run(b, func(int) string { return "first-1" }) })
+	}
+}
+
+// discard is a minimal ResponseWriter, so that the benchmark measures the middleware and
+// the store, not httptest.ResponseRecorder.
+type discard struct {
+	h      http.Header
+	status int
+}
+
+func (d *discard) Header() http.Header         { return d.h }
+func (d *discard) Write(p []byte) (int, error) { return len(p), nil }
+func (d *discard) WriteHeader(status int)      { d.status = status }

@@ -336,23 +336,23 @@ var errWaited = fmt.Errorf("pgxstore: claim: waited for a twin: %w", storage.Err
 func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Duration) (storage.Lock, *storage.Record, error) {
 	l := &atomicLock{s: s, scope: c.Scope, key: c.Key, timeout: c.Timeout,
 		fingerprint: c.Fingerprint, method: c.Method, path: c.Path}
-	ms := strconv.FormatInt(max(wait.Milliseconds(), 1), 10)
-	hash := s.lockHash(c.Scope, c.Key)
-	retention := c.Retention.Microseconds()
+	// The arguments, each boxed once for the statements that share it.
+	var ms, hash, scope, key, retention any = strconv.FormatInt(max(wait.Milliseconds(), 1), 10),
+		s.lockHash(c.Scope, c.Key), c.Scope, c.Key, c.Retention.Microseconds()
 	conn, release, fast, err := s.dedicated(ctx, wait)
 	if err != nil {
 		return nil, nil, classify(ctx, "claim", err, true)
 	}
 	var row claimRow
-	b := &pgx.Batch{}
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 3)}
 	if fast {
 		l.conn, l.release = conn, release
 		b.BeginTx(pgx.TxOptions{IsoLevel: s.iso})
 	} else if l.tx, err = s.begin(ctx, wait); err != nil {
 		return nil, nil, classify(ctx, "claim", err, true)
 	}
-	b.Queue(s.q.tryLock, ms, hash, c.Scope, c.Key)
-	b.Queue(s.q.lookup, c.Scope, c.Key, retention)
+	b.Queue(s.q.tryLock, ms, hash, scope, key)
+	b.Queue(s.q.lookup, scope, key, retention)
 	var br pgx.BatchResults
 	if fast {
 		br = conn.SendBatch(ctx, b)
@@ -377,9 +377,9 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 		// that held the key went away between the two statements.
 		row = claimRow{}
 		if s.iso == pgx.ReadCommitted {
-			b = &pgx.Batch{}
+			b = &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
 			b.Queue(s.q.lock, ms, hash)
-			b.Queue(s.q.lookup, c.Scope, c.Key, retention)
+			b.Queue(s.q.lookup, scope, key, retention)
 			br = l.tx.SendBatch(ctx, b)
 			if _, err = br.Exec(); err == nil {
 				found, err = scanned(br.QueryRow().Scan(row.dest()...))
@@ -406,7 +406,7 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 	// Complete.
 	l.tok = newToken()
 	read := func(row *claimRow) (bool, error) {
-		found, err := s.scanRow(ctx, l.tx, wait, s.q.lookup, []any{c.Scope, c.Key, retention}, row)
+		found, err := s.scanRow(ctx, l.tx, wait, s.q.lookup, []any{scope, key, retention}, row)
 		if err == nil && !found {
 			row.claimed, row.pending = true, true
 		}

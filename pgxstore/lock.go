@@ -125,7 +125,7 @@ func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
 		return l.completeTx(ctx, sql, args)
 	}
 	defer l.release()
-	b := &pgx.Batch{}
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
 	b.Queue(sql, args...)
 	b.Queue("commit")
 	br := l.conn.SendBatch(ctx, b)
