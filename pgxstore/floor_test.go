@@ -44,7 +44,7 @@ func postTwins(s *shop, key string, n int) []reply {
 	return replies
 }
 
-// TestAtomicTwinsRunTheHandlerOnce: 20 and 200 identical requests at once, while the
+// TestAtomicTwinsRunTheHandlerOnce (WithSingleWrite): 20 and 200 identical requests at once, while the
 // first holds the key's advisory lock until the database shows the others waiting for it.
 // The handler runs once; one order and one key row commit; every other client gets a
 // byte-identical replay (or 409 when its lock wait ran out). At REPEATABLE READ a waiting
@@ -55,7 +55,7 @@ func TestAtomicTwinsRunTheHandlerOnce(t *testing.T) {
 		for _, n := range []int{20, 200} {
 			t.Run(fmt.Sprint(n), func(t *testing.T) {
 				db := newPool(t, poolSize, nil)
-				store, schema := newStore(t, db, pgxstore.WithIsolation(iso))
+				store, schema := newStore(t, db, pgxstore.WithIsolation(iso), pgxstore.WithSingleWrite())
 				s := newShopOn(t, db, store, schema, core.Config{LockWait: 10 * time.Second}, nil)
 				key := fmt.Sprintf("twins-%d", n)
 				// The pool has poolSize connections: the first request holds one, and up to
@@ -96,7 +96,7 @@ func TestAtomicTwinsRunTheHandlerOnce(t *testing.T) {
 	})
 }
 
-// TestAtomicWithoutAdvisoryLocks runs the store on a database whose advisory-lock
+// TestAtomicWithoutAdvisoryLocks runs the store (WithSingleWrite) on a database whose advisory-lock
 // functions accept the call and do not lock, as some distributed engines do: the test's
 // schema defines pg_try_advisory_xact_lock and pg_advisory_xact_lock as no-ops and the
 // connections search it before pg_catalog, so the store's own SQL is unchanged. Eight
@@ -124,7 +124,7 @@ func TestAtomicWithoutAdvisoryLocks(t *testing.T) {
 		require.NoError(t, db.QueryRow(context.Background(), `SELECT pg_try_advisory_xact_lock(1) AND pg_try_advisory_xact_lock(1)`).Scan(&ok))
 		require.True(t, ok)
 
-		store := pgxstore.New(db, pgxstore.WithTable(schema+".idempotency_keys"), pgxstore.WithIsolation(iso))
+		store := pgxstore.New(db, pgxstore.WithTable(schema+".idempotency_keys"), pgxstore.WithIsolation(iso), pgxstore.WithSingleWrite())
 		require.NoError(t, store.Migrate(context.Background()))
 		s := newShopOn(t, db, store, schema, core.Config{LockWait: 10 * time.Second}, nil)
 		var mu sync.Mutex

@@ -35,7 +35,7 @@ type queries struct {
 	schema   string // the DDL of schema.sql
 	migrate  string // schema under an advisory lock
 	claim    string // phased: claim, or return the row holding the key
-	insert   string // atomic with WithClaimFirst: claim only
+	insert   string // atomic by default: claim only
 	tryLock  string // atomic: the key's advisory lock, if free, and the lock wait
 	lock     string // atomic: the key's advisory lock, waiting for it
 	record   string // atomic: insert the completed key row
@@ -107,7 +107,7 @@ RETURNING true`, t),
 		// holds it; NULL, a row holds the key (its row lock serialises what follows, so a
 		// replay never touches the advisory lock). lock takes it waiting up to
 		// lock_timeout. Both set lock_timeout for the rest of the transaction (the
-		// handler's statements included, as the claim's INSERT does with WithClaimFirst);
+		// handler's statements included, as the default claim INSERT does);
 		// the target list is evaluated in order, so it is set before lock waits.
 		// $1 lock_timeout (ms), $2 the key's hash, $3 scope, $4 key.
 		tryLock: fmt.Sprintf(`SELECT set_config('lock_timeout', $1::text, true),

@@ -104,15 +104,17 @@ func WithIsolation(level pgx.TxIsoLevel) Option {
 // same round trip as BEGIN).
 func WithLookupFirst() Option { return func(s *Store) { s.lookupFirst = true } }
 
-// WithClaimFirst makes an atomic claim write the key row first, as a started row the
-// completion then updates (INSERT … ON CONFLICT DO NOTHING, then UPDATE), instead of
-// taking the key's advisory lock and inserting the completed row once, just before
-// COMMIT. It writes the key row twice, so a first request costs more (see
-// BENCHMARKS.md); use it on an engine whose advisory locks do not serialise
-// transactions (some distributed PostgreSQL-compatible engines accept the call and do
-// not lock), where a twin then still waits on the row instead of running its handler
-// and failing on the key's INSERT. Default: off.
-func WithClaimFirst() Option { return func(s *Store) { s.claimFirst = true } }
+// WithSingleWrite makes an atomic claim write nothing: it takes the key's
+// transaction-scoped advisory lock (a twin in flight holds it, so a twin waits, up to the
+// lock wait, then replays) and looks the key up; Complete then inserts the completed row
+// with the response just before COMMIT, the request's one write to the key table. A
+// replay is two round trips and no write. The primary key stays the final arbiter: where
+// the lock does not serialise (an engine that accepts the call and does not lock, a
+// REPEATABLE READ snapshot taken just before a twin committed), the twin's INSERT fails,
+// its transaction rolls back with its business writes, and Complete returns an error
+// wrapping storage.ErrTransient (503; the retry replays). Default: off, the started key
+// row is the claim's first write and Complete updates it.
+func WithSingleWrite() Option { return func(s *Store) { s.claimFirst = false } }
 
 // WithSweepByPrimaryKey makes DeleteExpired delete by primary key instead of by ctid, for
 // databases without a stable ctid (Citus, CockroachDB, YugabyteDB). Default: by ctid.
@@ -143,7 +145,7 @@ func New(db DB, opts ...Option) *Store {
 	if db == nil {
 		panic("pgxstore: New needs a DB (a *pgxpool.Pool, *pgx.Conn or pgx.Tx)")
 	}
-	s := &Store{db: db, table: pgx.Identifier{defaultTable}, retention: DefaultRetention, iso: pgx.ReadCommitted}
+	s := &Store{db: db, table: pgx.Identifier{defaultTable}, retention: DefaultRetention, iso: pgx.ReadCommitted, claimFirst: true}
 	for _, o := range opts {
 		o(s)
 	}
