@@ -49,8 +49,10 @@ func postTwins(s *shop, key string, n int) []reply {
 // The handler runs once; one order and one key row commit; every other client gets a
 // byte-identical replay (or 409 when its lock wait ran out). At REPEATABLE READ a waiting
 // twin starts its transaction again after the wait, so it too replays.
+//
+// Not parallel with the package's other tests: 200 twins saturate the pool and the two
+// CPUs, and the others would then time out waiting for connections.
 func TestAtomicTwinsRunTheHandlerOnce(t *testing.T) {
-	t.Parallel()
 	isolationLevels(t, func(t *testing.T, iso pgx.TxIsoLevel) {
 		for _, n := range []int{20, 200} {
 			t.Run(fmt.Sprint(n), func(t *testing.T) {
@@ -105,7 +107,6 @@ func TestAtomicTwinsRunTheHandlerOnce(t *testing.T) {
 // their transactions roll back with their orders: one order, one key row, one 201, seven
 // 503s, and a retry of any of them is a replay.
 func TestAtomicWithoutAdvisoryLocks(t *testing.T) {
-	t.Parallel()
 	isolationLevels(t, func(t *testing.T, iso pgx.TxIsoLevel) {
 		const n = 8
 		_, schema := testdb.PostgresSchema(t)
