@@ -4,6 +4,8 @@ import (
 	"database/sql"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/gormstore"
 )
@@ -27,4 +29,18 @@ func TestConformanceIsolation(t *testing.T) {
 		t.Parallel()
 		storetest.Run(t, dialects[0].newStores(t, gormstore.WithIsolation(sql.LevelRepeatableRead)))
 	})
+}
+
+// TestConformanceSingleWrite runs core/storetest on PostgreSQL with WithSingleWrite (the
+// key's advisory lock, the completed row inserted once), at READ COMMITTED and at
+// REPEATABLE READ.
+func TestConformanceSingleWrite(t *testing.T) {
+	for _, level := range []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead} {
+		t.Run("postgres/"+level.String(), func(t *testing.T) {
+			t.Parallel()
+			stores := dialects[0].newStores(t, gormstore.WithSingleWrite(), gormstore.WithIsolation(level))
+			require.NotNil(t, stores)
+			storetest.Run(t, stores)
+		})
+	}
 }

@@ -27,10 +27,15 @@ type lock struct {
 	progress   bool   // a phase has committed, in this attempt or an earlier one
 	takenOver  bool
 	tx         *gorm.DB // atomic: the claim's transaction
-	held       *holder  // what Context hands the handler; phased: opened on first use
-	ended      bool
-	inPhase    bool
-	timeout    time.Duration // bounds Complete's statement (storage.Claim.Timeout)
+	// pending: the claim wrote no row (PostgreSQL, holding the key's advisory lock);
+	// Complete inserts the completed row from these.
+	pending      bool
+	fingerprint  []byte
+	method, path string
+	held         *holder // what Context hands the handler; phased: opened on first use
+	ended        bool
+	inPhase      bool
+	timeout      time.Duration // bounds Complete's statement (storage.Claim.Timeout)
 }
 
 var _ storage.Lock = (*lock)(nil)
@@ -182,6 +187,9 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 		defer cancel()
 	}
 
+	if l.pending {
+		return l.record(ctx, tx, r)
+	}
 	nowSQL, nowArgs := l.s.nowSQL(l.s.clock())
 	args := []any{string(storage.StateCompleted), l.point, r.Status, storage.EncodeHeader(r.Header), r.Body}
 	args = append(args, nowArgs...)
@@ -241,4 +249,28 @@ func (l *lock) Release(ctx context.Context) error {
 	}
 	res := l.s.db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET locked_until = NULL"+where, l.scope, l.key, l.token)
 	return fenced(ctx, "release", res)
+}
+
+// record inserts the completed row and commits: the one write of an atomic claim that
+// wrote nothing (claimLocked). If a twin recorded the key first, the INSERT fails on the
+// primary key, the transaction rolls back with the handler's writes, and a retry gets the
+// twin's response (storage.ErrTransient).
+func (l *lock) record(ctx context.Context, tx *gorm.DB, r *storage.Response) error {
+	res := tx.WithContext(ctx).Exec(l.s.recordSQL, l.scope, l.key, l.fingerprint, l.method, l.path,
+		string(storage.StateCompleted), l.point, r.Status, storage.EncodeHeader(r.Header), r.Body)
+	if res.Error == nil && res.RowsAffected != 1 {
+		res.Error = fmt.Errorf("inserted %d rows", res.RowsAffected)
+	}
+	if res.Error != nil {
+		tx.Rollback()
+		var pg interface{ SQLState() string }
+		if errors.As(res.Error, &pg) && pg.SQLState() == "23505" {
+			return fmt.Errorf("gormstore: complete: a twin recorded key %q first; rolled back: %w: %w", l.key, storage.ErrTransient, res.Error)
+		}
+		return wrap(ctx, "complete", res.Error)
+	}
+	if err := tx.Commit().Error; err != nil {
+		return wrap(ctx, "complete: commit", err)
+	}
+	return nil
 }

@@ -23,14 +23,17 @@ import (
 // It supports both modes; atomic is the engine's default for it. It is safe for
 // concurrent use.
 type Store struct {
-	db        *gorm.DB
-	dialect   dialect
-	table     string // as configured, for GORM's Table
-	quoted    string // quoted for raw SQL
-	retention time.Duration
-	iso       sql.IsolationLevel
+	db      *gorm.DB
+	dialect dialect
+	table   string // as configured, for GORM's Table
+	quoted  string // quoted for raw SQL
+	// PostgreSQL's atomic claim and completion (claimLocked).
+	tryLockSQL, recordSQL string
+	retention             time.Duration
+	iso                   sql.IsolationLevel
 
 	lookupFirst bool
+	singleWrite bool
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -72,6 +75,18 @@ func WithLookupFirst() Option {
 	return func(s *Store) { s.lookupFirst = true }
 }
 
+// WithSingleWrite makes an atomic claim on PostgreSQL write nothing: it takes the key's
+// transaction-scoped advisory lock (a twin in flight holds it, so a twin waits, up to the
+// lock wait, then replays) and looks the key up; Complete inserts the completed row with
+// the response just before COMMIT, the request's one write to the key table. The primary
+// key stays the final arbiter: where the lock does not serialise, the twin's INSERT
+// fails, its transaction rolls back with its business writes, and Complete returns an
+// error wrapping storage.ErrTransient (503; the retry replays). MySQL/MariaDB and SQLite
+// ignore it: their claim is the key row's INSERT. Default: off.
+func WithSingleWrite() Option {
+	return func(s *Store) { s.singleWrite = true }
+}
+
 // New returns a Store on db. It does not touch the database: call Migrate to create the
 // table, or create it yourself (see the package documentation). New panics on a
 // programming error: a nil db, a dialect other than postgres, mysql and sqlite, an empty
@@ -108,6 +123,13 @@ func New(db *gorm.DB, opts ...Option) *Store {
 	var b strings.Builder
 	s.db.Dialector.QuoteTo(&b, s.table)
 	s.quoted = b.String()
+	// tryLock: NULL when a row holds the key, else whether the key's advisory lock was
+	// free (and is now this transaction's).
+	s.tryLockSQL = "SELECT CASE WHEN EXISTS (SELECT 1 FROM " + s.quoted +
+		" WHERE scope = ? AND idem_key = ?) THEN NULL ELSE pg_try_advisory_xact_lock(?) END"
+	s.recordSQL = "INSERT INTO " + s.quoted + " (scope, idem_key, request_hash, method, path, state, recovery_point, " +
+		"response_code, response_headers, response_body, created_at, completed_at) " +
+		"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now(), statement_timestamp())"
 	return s
 }
 
@@ -241,6 +263,13 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim, wait time.D
 	tx, err := s.begin(txCtx)
 	if err != nil {
 		return nil, nil, wrap(ctx, "claim: begin", err)
+	}
+	if s.dialect == postgres && c.Mode == storage.ModeAtomic && s.singleWrite {
+		l, done, err := s.claimLocked(ctx, tx, c, wait)
+		if done || err != nil {
+			return l, nil, err
+		}
+		// A row holds the key: the claim below reads and locks it in this transaction.
 	}
 	restore, err := s.setLockWait(ctx, tx, wait)
 	if err != nil {
@@ -549,4 +578,89 @@ func (s *Store) newToken() any {
 	b[8] = b[8]&0x3f | 0x80
 	h := hex.EncodeToString(b[:])
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// claimLocked is the start of an atomic claim on PostgreSQL that writes nothing: when no
+// row holds the key it takes the key's transaction-scoped advisory lock without waiting
+// and, holding it, looks the key up with a snapshot taken after the lock was granted, so
+// it sees whatever a twin committed. No row: the lock is returned (done) and Complete
+// inserts the completed row, the request's one write to the key table. A twin holding
+// the lock: the claim waits for it (lock_timeout, then storage.ErrInProgress), rolls back
+// and starts again (errRetry), when the twin's record is visible. A row holding the key
+// (done false, no error): the caller goes on in tx, where the row's lock serialises
+// racing claimers as before.
+//
+// The primary key stays the final arbiter: where the lock does not serialise (an engine
+// that accepts the call and does not lock, a snapshot at REPEATABLE READ taken just
+// before a twin committed), Complete's INSERT fails on the twin's row and the whole
+// transaction rolls back (storage.ErrTransient).
+func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, wait time.Duration) (_ *lock, done bool, err error) {
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	hash := s.lockHash(c.Scope, c.Key)
+	var locked sql.NullBool
+	if err := scanOne(tx.WithContext(ctx).Raw(s.tryLockSQL, c.Scope, c.Key, hash), &locked); err != nil {
+		return nil, false, wrap(ctx, "claim: lock", err)
+	}
+	switch {
+	case !locked.Valid:
+		return nil, false, nil
+	case !locked.Bool:
+		// A twin holds the lock: wait for it, then start again with a snapshot that sees
+		// its outcome.
+		if _, err := s.setLockWait(ctx, tx, wait); err != nil {
+			return nil, true, wrap(ctx, "claim: lock wait", err)
+		}
+		if err := tx.WithContext(ctx).Exec("SELECT pg_advisory_xact_lock(?)", hash).Error; err != nil {
+			return nil, true, wrap(ctx, "claim: wait for a twin", err)
+		}
+		return nil, true, errRetry
+	}
+	r, err := s.read(ctx, tx, c.Scope, c.Key, false, time.Time{})
+	switch {
+	case err != nil:
+		return nil, true, wrap(ctx, "claim: select", err)
+	case r != nil: // committed just before the lock was granted: read it again, locked
+		return nil, true, errRetry
+	}
+	l := &lock{
+		s: s, mode: c.Mode, scope: c.Scope, key: c.Key, lease: c.Lease, timeout: c.Timeout,
+		initial: storage.RecoveryStarted, point: storage.RecoveryStarted,
+		pending: true, fingerprint: c.Fingerprint, method: c.Method, path: c.Path,
+		tx: tx, held: &holder{tx: tx, base: s.db},
+	}
+	return l, true, nil
+}
+
+// lockHash is the advisory lock key of (scope, key) in the store's table: 64 bits of
+// FNV-1a over the table name, the scope and the key, each preceded by its length. Every
+// instance computes the same number, as pgxstore does for the same table name. Two keys
+// can share a hash: they then wait for each other needlessly, about as likely as n²/2⁶⁵
+// for n keys in flight at once; the primary key, not the lock, decides what is recorded.
+func (s *Store) lockHash(scope, key string) int64 {
+	h := fnvString(fnvString(fnvString(fnvOffset, s.quoted), scope), key)
+	return int64(h)
+}
+
+// FNV-1a, 64 bits.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+// fnvString folds len(v) and v into the FNV-1a state h.
+func fnvString(h uint64, v string) uint64 {
+	for n := uint64(len(v)); ; n >>= 8 {
+		h = (h ^ n&0xff) * fnvPrime
+		if n < 0x100 {
+			break
+		}
+	}
+	for i := 0; i < len(v); i++ {
+		h = (h ^ uint64(v[i])) * fnvPrime
+	}
+	return h
 }

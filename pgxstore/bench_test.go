@@ -4,15 +4,21 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/pgxstore"
 )
@@ -21,20 +27,37 @@ import (
 // it starts parallelism × GOMAXPROCS goroutines.
 func benchParallelism() int { return max(1, poolSize/runtime.GOMAXPROCS(0)) }
 
-// benchSetup returns a pool of poolSize, a store on it and the schema holding its table
-// and an orders table.
-func benchSetup(b *testing.B, opts ...pgxstore.Option) (*pgxpool.Pool, *pgxstore.Store, string) {
+// benchPool is one warmed-up pool of poolSize for a whole benchmark, so every variant
+// runs on the same connections.
+func benchPool(b *testing.B) *pgxpool.Pool {
 	b.Helper()
 	db := newPool(b, poolSize, nil)
-	store, schema := newStore(b, db, opts...)
-	exec(b, db, fmt.Sprintf(`CREATE TABLE %s.orders (id bigserial PRIMARY KEY, idem_key text NOT NULL, amount int NOT NULL)`, schema))
-	return db, store, schema
+	ctx := context.Background()
+	conns := make([]*pgxpool.Conn, 0, poolSize)
+	for range poolSize {
+		c, err := db.Acquire(ctx)
+		require.NoError(b, err)
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	return db
 }
 
-func benchClaim(key string) storage.Claim {
+// benchTables creates a fresh schema holding a key table and an orders table and returns
+// a store on it with opts and the schema.
+func benchTables(b *testing.B, db *pgxpool.Pool, opts []pgxstore.Option) (*pgxstore.Store, string) {
+	b.Helper()
+	store, schema := newStore(b, db, opts...)
+	exec(b, db, fmt.Sprintf(`CREATE TABLE %s.orders (id bigserial PRIMARY KEY, idem_key text NOT NULL, amount int NOT NULL)`, schema))
+	return store, schema
+}
+
+func benchClaim(key string, mode storage.Mode) storage.Claim {
 	fp := sha256.Sum256([]byte("POST /orders\n" + `{"amount":100}`))
 	return storage.Claim{Scope: "bench", Key: key, Fingerprint: fp[:], Method: http.MethodPost, Path: "/orders",
-		Mode: storage.ModeAtomic, Lease: time.Minute, LockWait: 2 * time.Second, Retention: 24 * time.Hour}
+		Mode: mode, Lease: time.Minute, LockWait: 2 * time.Second, Retention: 24 * time.Hour, Timeout: 3 * time.Second}
 }
 
 var benchResponse = storage.Response{
@@ -43,90 +66,170 @@ var benchResponse = storage.Response{
 	Body:   []byte(`{"id":1,"amount":100,"status":"created"}`),
 }
 
-// BenchmarkAtomic compares creating an order in a plain transaction (bare: BEGIN;
-// INSERT; COMMIT) with creating it through the store in atomic mode (idem: claim, the
-// same INSERT in the lock's transaction, completion), each with b.RunParallel on a pool
-// of 16 connections and a fresh key per operation.
-func BenchmarkAtomic(b *testing.B) {
+// floorVariant is one way of creating an order, run by BenchmarkFloor.
+type floorVariant struct {
+	name string
+	opts []pgxstore.Option // nil: no store (bare, floor)
+	mode storage.Mode
+	// op creates one order for key.
+	op func(ctx context.Context, e *floorEnv, key string) error
+}
+
+// floorEnv is what one variant's operations share: the pool, the store (nil for bare
+// and floor) and the statements, built once.
+type floorEnv struct {
+	db          *pgxpool.Pool
+	store       *pgxstore.Store
+	insertOrder string
+	insertKey   string
+}
+
+// bareOp is the business transaction alone: BEGIN; INSERT order; COMMIT.
+func bareOp(ctx context.Context, e *floorEnv, key string) error {
+	tx, err := e.db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, e.insertOrder, key, 100); err != nil {
+		_ = tx.Rollback(ctx)
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// floorOp is the least any idempotent design can write: the business transaction plus
+// one completed key row, inserted with the response just before COMMIT (the two sent
+// together, as the store sends its completion). Three round trips, like bare.
+func floorOp(ctx context.Context, e *floorEnv, key string) error {
+	conn, err := e.db.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, e.insertOrder, key, 100); err != nil {
+		_ = tx.Rollback(ctx)
+		return err
+	}
+	c := benchClaim(key, storage.ModeAtomic)
+	b := &pgx.Batch{}
+	b.Queue(e.insertKey, c.Scope, c.Key, c.Fingerprint, c.Method, c.Path, int32(benchResponse.Status),
+		storage.EncodeHeader(benchResponse.Header), benchResponse.Body)
+	b.Queue("commit")
+	err = tx.Conn().SendBatch(ctx, b).Close()
+	if err == nil && tx.Conn().PgConn().TxStatus() != 'I' {
+		err = fmt.Errorf("floor: still in a transaction after COMMIT")
+	}
+	if err != nil {
+		_ = tx.Rollback(ctx)
+	}
+	return err
+}
+
+// idemOp creates the order through the store: Claim, the INSERT through pgxstore.Tx,
+// Complete.
+func idemOp(mode storage.Mode) func(ctx context.Context, e *floorEnv, key string) error {
+	return func(ctx context.Context, e *floorEnv, key string) error {
+		lock, _, err := e.store.Claim(ctx, benchClaim(key, mode))
+		if err != nil {
+			return err
+		}
+		if lock == nil {
+			return fmt.Errorf("key %q: no lock", key)
+		}
+		lctx := lock.Context(ctx)
+		if _, err := pgxstore.Tx(lctx).Exec(lctx, e.insertOrder, key, 100); err != nil {
+			_ = lock.Release(ctx)
+			return err
+		}
+		resp := benchResponse
+		return lock.Complete(ctx, &resp)
+	}
+}
+
+// floorVariants are the rows of the floor table.
+var floorVariants = []floorVariant{
+	{name: "bare", op: bareOp},
+	{name: "floor", op: floorOp},
+	{name: "atomic", opts: []pgxstore.Option{}, mode: storage.ModeAtomic, op: idemOp(storage.ModeAtomic)},
+	{name: "atomic-single-write", opts: []pgxstore.Option{pgxstore.WithSingleWrite()}, mode: storage.ModeAtomic, op: idemOp(storage.ModeAtomic)},
+	{name: "phased", opts: []pgxstore.Option{}, mode: storage.ModePhased, op: idemOp(storage.ModePhased)},
+}
+
+// BenchmarkFloor creates orders in parallel (16 clients on a pool of 16, a fresh key
+// each) in every way of floorVariants, side by side in one run: bare (BEGIN; INSERT order;
+// COMMIT), the floor (bare plus one completed key row before COMMIT) and the store in each
+// mode through Store.Claim / pgxstore.Tx / Lock.Complete. Each variant writes to tables of
+// its own. It logs each variant's throughput relative to the floor; compare ratios within
+// one run only (the machine is shared):
+//
+//	go test -run '^$' -bench BenchmarkFloor -benchtime 2s -count 3 ./pgxstore
+func BenchmarkFloor(b *testing.B) {
+	db := benchPool(b)
+	nsPerOp := make(map[string]float64, len(floorVariants))
 	var seq atomic.Int64
-	b.Run("bare", func(b *testing.B) {
-		db, _, schema := benchSetup(b)
-		insert := fmt.Sprintf(`INSERT INTO %s.orders (idem_key, amount) VALUES ($1, $2)`, schema)
-		b.SetParallelism(benchParallelism())
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			ctx := context.Background()
-			for pb.Next() {
-				key := "bare-" + strconv.FormatInt(seq.Add(1), 10)
-				tx, err := db.Begin(ctx)
-				if err != nil {
-					b.Error(err)
-					return
+	for _, v := range floorVariants {
+		b.Run(v.name, func(b *testing.B) {
+			store, schema := benchTables(b, db, v.opts)
+			e := &floorEnv{db: db, store: store,
+				insertOrder: "INSERT INTO " + schema + ".orders (idem_key, amount) VALUES ($1, $2)",
+				insertKey: `INSERT INTO ` + schema + `.idempotency_keys (scope, idem_key, request_hash, method, path, state,
+	recovery_point, response_code, response_headers, response_body, created_at, completed_at)
+VALUES ($1, $2, $3, $4, $5, 'completed', 'started', $6, $7, $8, now(), statement_timestamp())`}
+			b.ReportAllocs()
+			b.SetParallelism(benchParallelism())
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				for pb.Next() {
+					if err := v.op(ctx, e, "k"+strconv.FormatInt(seq.Add(1), 10)); err != nil {
+						b.Error(err)
+						return
+					}
 				}
-				if _, err := tx.Exec(ctx, insert, key, 100); err != nil {
-					_ = tx.Rollback(ctx)
-					b.Error(err)
-					return
-				}
-				if err := tx.Commit(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
+			})
+			b.StopTimer()
+			nsPerOp[v.name] = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
 		})
-	})
-	b.Run("idem", func(b *testing.B) {
-		_, store, schema := benchSetup(b)
-		insert := fmt.Sprintf(`INSERT INTO %s.orders (idem_key, amount) VALUES ($1, $2)`, schema)
-		b.SetParallelism(benchParallelism())
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			ctx := context.Background()
-			for pb.Next() {
-				key := "idem-" + strconv.FormatInt(seq.Add(1), 10)
-				lock, _, err := store.Claim(ctx, benchClaim(key))
-				if err != nil || lock == nil {
-					b.Errorf("claim: lock %v, err %v", lock, err)
-					return
-				}
-				lctx := lock.Context(ctx)
-				if _, err := pgxstore.Tx(lctx).Exec(lctx, insert, key, 100); err != nil {
-					_ = lock.Release(ctx)
-					b.Error(err)
-					return
-				}
-				resp := benchResponse
-				if err := lock.Complete(ctx, &resp); err != nil {
-					b.Error(err)
-					return
-				}
+	}
+	if floor := nsPerOp["floor"]; floor > 0 {
+		var sb strings.Builder
+		for _, v := range floorVariants {
+			if ns := nsPerOp[v.name]; ns > 0 {
+				fmt.Fprintf(&sb, " %s=%.2f", v.name, floor/ns)
 			}
-		})
-	})
+		}
+		b.Logf("throughput relative to the floor:%s", sb.String())
+	}
 }
 
 // BenchmarkReplay claims a completed key over and over (the store answers with its
 // record), in parallel on a pool of 16; lookup-first reads it outside a transaction.
 func BenchmarkReplay(b *testing.B) {
+	db := benchPool(b)
 	for _, v := range []struct {
 		name string
+		mode storage.Mode
 		opts []pgxstore.Option
-	}{{"atomic", nil}, {"atomic-lookup-first", []pgxstore.Option{pgxstore.WithLookupFirst()}}, {"phased", nil}} {
+	}{
+		{"atomic", storage.ModeAtomic, nil},
+		{"atomic-single-write", storage.ModeAtomic, []pgxstore.Option{pgxstore.WithSingleWrite()}},
+		{"atomic-lookup-first", storage.ModeAtomic, []pgxstore.Option{pgxstore.WithLookupFirst()}},
+		{"phased", storage.ModePhased, nil},
+	} {
 		b.Run(v.name, func(b *testing.B) {
-			_, store, _ := benchSetup(b, v.opts...)
+			store, _ := newStore(b, db, v.opts...)
 			ctx := context.Background()
-			c := benchClaim("replayed")
-			if v.name == "phased" {
-				c.Mode = storage.ModePhased
-			}
+			c := benchClaim("replayed", v.mode)
 			lock, _, err := store.Claim(ctx, c)
-			if err != nil || lock == nil {
-				b.Fatalf("claim: %v", err)
-			}
+			require.NoError(b, err)
+			require.NotNil(b, lock)
 			resp := benchResponse
-			if err := lock.Complete(ctx, &resp); err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, lock.Complete(ctx, &resp))
+			b.ReportAllocs()
 			b.SetParallelism(benchParallelism())
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
@@ -141,3 +244,71 @@ func BenchmarkReplay(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMiddleware counts what one request costs in Go through core's net/http
+// middleware and the store (allocations above all): a first request whose handler
+// inserts an order, and a replay. One client at a time.
+//
+//	go test -run '^$' -bench BenchmarkMiddleware -benchmem ./pgxstore
+func BenchmarkMiddleware(b *testing.B) {
+	db := benchPool(b)
+	for _, v := range []struct {
+		name string
+		mode core.Mode
+		opts []pgxstore.Option
+	}{
+		{"atomic", core.ModeAtomic, nil},
+		{"atomic-single-write", core.ModeAtomic, []pgxstore.Option{pgxstore.WithSingleWrite()}},
+		{"phased", core.ModePhased, nil},
+	} {
+		store, schema := benchTables(b, db, v.opts)
+		eng, err := core.New(core.Config{Store: store, Mode: v.mode})
+		require.NoError(b, err)
+		insert := "INSERT INTO " + schema + ".orders (idem_key, amount) VALUES ($1, $2)"
+		h := eng.Middleware(func(*http.Request) string { return "bench" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx := r.Context()
+			if _, err := pgxstore.Tx(ctx).Exec(ctx, insert, core.OperationFrom(ctx).Key(), 100); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Location", "/orders/1")
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write(benchResponse.Body)
+		}))
+		run := func(b *testing.B, key func(i int) string) {
+			body := strings.NewReader(`{"amount":100}`)
+			r := httptest.NewRequest(http.MethodPost, "/orders", nil)
+			r.Header.Set("Content-Type", "application/json")
+			w := &discard{h: make(http.Header)}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				body.Reset(`{"amount":100}`)
+				r.Body = io.NopCloser(body)
+				r.Header["Idempotency-Key"] = []string{key(i)}
+				clear(w.h)
+				h.ServeHTTP(w, r)
+				if w.status != http.StatusCreated {
+					b.Fatalf("status %d", w.status)
+				}
+			}
+		}
+		var seq atomic.Int64
+		b.Run(v.name+"/first", func(b *testing.B) {
+			run(b, func(int) string { return "first-" + strconv.FormatInt(seq.Add(1), 10) })
+		})
+		b.Run(v.name+"/replay", func(b *testing.B) { run(b, func(int) string { return "first-1" }) })
+	}
+}
+
+// discard is a minimal ResponseWriter, so that the benchmark measures the middleware and
+// the store, not httptest.ResponseRecorder.
+type discard struct {
+	h      http.Header
+	status int
+}
+
+func (d *discard) Header() http.Header         { return d.h }
+func (d *discard) Write(p []byte) (int, error) { return len(p), nil }
+func (d *discard) WriteHeader(status int)      { d.status = status }

@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/pgxstore"
@@ -79,6 +80,10 @@ func label(sql string) string {
 	switch {
 	case strings.HasPrefix(s, "begin"):
 		return "begin"
+	case strings.Contains(s, "advisory_xact_lock"):
+		return "lock"
+	case strings.HasPrefix(s, "insert into") && strings.Contains(s, "'completed'"):
+		return "record"
 	case s == "commit", s == "rollback":
 		return s
 	case strings.HasPrefix(s, "with ins as"), strings.HasPrefix(s, "insert into") && strings.Contains(s, "idempotency_keys"):
@@ -114,6 +119,9 @@ func TestStatementBudget(t *testing.T) {
 		firstR int      // its round trips
 		replay []string
 		replyR int
+		// readOnly: the replay sends no statement that writes, not even an INSERT that
+		// conflicts.
+		readOnly bool
 	}{{
 		// BEGIN+claim, the handler's INSERT, completion+COMMIT: three round trips, as
 		// many as the handler's own BEGIN; INSERT; COMMIT would take.
@@ -124,11 +132,23 @@ func TestStatementBudget(t *testing.T) {
 		// rolled back.
 		replay: []string{"begin", "claim", "lookup", "rollback"}, replyR: 3,
 	}, {
+		// BEGIN, the key's advisory lock and the lookup in one round trip; the handler's
+		// INSERT; the completed key row and COMMIT in one: three round trips and one
+		// write to the key table.
+		name:  "atomic-single-write",
+		mode:  core.ModeAtomic,
+		opts:  []pgxstore.Option{pgxstore.WithSingleWrite()},
+		first: []string{"begin", "lock", "lookup", "orders", "record", "commit"}, firstR: 3,
+		// The lookup finds the completed row (a row holds the key, so the lock is not
+		// even tried); the transaction, which wrote nothing, is rolled back: two round
+		// trips.
+		replay: []string{"begin", "lock", "lookup", "rollback"}, replyR: 2, readOnly: true,
+	}, {
 		name:  "atomic-lookup-first",
 		mode:  core.ModeAtomic,
 		opts:  []pgxstore.Option{pgxstore.WithLookupFirst()},
 		first: []string{"lookup", "begin", "claim", "orders", "complete", "commit"}, firstR: 4,
-		replay: []string{"lookup"}, replyR: 1,
+		replay: []string{"lookup"}, replyR: 1, readOnly: true,
 	}, {
 		// The claim commits alone; the handler's Tx begins the final transaction, which
 		// Complete commits with the response (checking the token first).
@@ -145,9 +165,7 @@ func TestStatementBudget(t *testing.T) {
 			store, schema := newStore(t, db, tc.opts...)
 			exec(t, db, fmt.Sprintf(`CREATE TABLE %s.orders (id bigserial PRIMARY KEY, idem_key text NOT NULL)`, schema))
 			eng, err := core.New(core.Config{Store: store, Mode: tc.mode})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			h := eng.Middleware(func(*http.Request) string { return "acme" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				ctx := r.Context()
 				if _, err := pgxstore.Tx(ctx).Exec(ctx, fmt.Sprintf(`INSERT INTO %s.orders (idem_key) VALUES ($1)`, schema),
@@ -169,22 +187,22 @@ func TestStatementBudget(t *testing.T) {
 			do("warm-up")
 			tr.take()
 
-			if code := do("k"); code != http.StatusCreated {
-				t.Fatalf("first request: %d", code)
-			}
+			require.Equal(t, http.StatusCreated, do("k"), "first request")
 			stmts, rt := tr.take()
-			if got := labels(stmts); !slices.Equal(got, tc.first) || rt != tc.firstR {
-				t.Fatalf("first request: %d round trips %v, want %d round trips %v", rt, got, tc.firstR, tc.first)
-			}
-			if code := do("k"); code != http.StatusCreated {
-				t.Fatalf("replay: %d", code)
-			}
+			assert.Equal(t, tc.first, labels(stmts), "first request: statements")
+			assert.Equal(t, tc.firstR, rt, "first request: round trips")
+			require.Equal(t, http.StatusCreated, do("k"), "replay")
 			stmts, rt = tr.take()
-			if got := labels(stmts); !slices.Equal(got, tc.replay) || rt != tc.replyR {
-				t.Fatalf("replay: %d round trips %v, want %d round trips %v", rt, got, tc.replyR, tc.replay)
+			assert.Equal(t, tc.replay, labels(stmts), "replay: statements")
+			assert.Equal(t, tc.replyR, rt, "replay: round trips")
+			for _, st := range stmts {
+				if !tc.readOnly {
+					break
+				}
+				assert.NotContains(t, []string{"claim", "record", "complete"}, st.label, "a replay writes nothing")
 			}
-			if len(stmts) == 1 && stmts[0].txStatus != 'I' {
-				t.Fatalf("the replay's statement ran in transaction status %q, want outside a transaction ('I')", stmts[0].txStatus)
+			if len(stmts) == 1 {
+				assert.Equal(t, byte('I'), stmts[0].txStatus, "the replay's one statement runs outside a transaction")
 			}
 			t.Logf("first request: %d statements in %d round trips %v; replay: %d in %d %v",
 				len(tc.first), tc.firstR, tc.first, len(tc.replay), tc.replyR, tc.replay)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/idemkit/idem/core/storage"
@@ -28,6 +29,9 @@ type claimRow struct {
 	completedAt *time.Time
 	live        bool // a started key whose lease has not run out
 	expired     bool // created longer ago than the claim's retention
+	// pending: no row holds the key and none was written; the claim holds the key's
+	// advisory lock and Complete inserts the row (not scanned).
+	pending bool
 }
 
 func (r *claimRow) dest() []any {
@@ -109,6 +113,7 @@ type result struct {
 	rec       *storage.Record
 	point     string
 	takenOver bool
+	pending   bool // claimed without a write: Complete inserts the key row
 }
 
 // reader reads the key again after a lost race: claims it if absent, or returns the row
@@ -122,7 +127,7 @@ func (s *Store) settle(ctx context.Context, tx pgx.Tx, c storage.Claim, tok toke
 	for range maxSettle {
 		switch decide(row, found, c.Fingerprint) {
 		case vClaimed:
-			return result{point: storage.RecoveryStarted}, nil
+			return result{point: storage.RecoveryStarted, pending: row.pending}, nil
 		case vRecord:
 			rec, err := row.record(c)
 			return result{rec: rec}, err
@@ -193,8 +198,9 @@ func (s *Store) claimPhased(ctx context.Context, c storage.Claim) (storage.Lock,
 }
 
 // claimAtomic claims in a transaction that the returned lock keeps open. A serialization
-// failure (a twin committed after this transaction's snapshot, at REPEATABLE READ) starts
-// the claim again, within the lock wait: the new snapshot sees the twin's record.
+// failure (a twin committed after this transaction's snapshot, at REPEATABLE READ), or a
+// wait for a twin at REPEATABLE READ, starts the claim again, within the lock wait: the
+// new snapshot sees the twin's record.
 func (s *Store) claimAtomic(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
 	if s.lookupFirst {
 		var row claimRow
@@ -210,7 +216,24 @@ func (s *Store) claimAtomic(ctx context.Context, c storage.Claim) (storage.Lock,
 	}
 	deadline := time.Now().Add(c.LockWait)
 	for attempt := 0; ; attempt++ {
-		lock, rec, err := s.claimAtomicOnce(ctx, c, time.Until(deadline))
+		once := s.claimLocked
+		if s.claimFirst {
+			once = s.claimRowFirst
+		}
+		lock, rec, err := once(ctx, c, time.Until(deadline))
+		if errors.Is(err, errWaited) {
+			// The twin this claim waited for has ended: a statement of its own, with a
+			// snapshot taken now, sees the record it committed, if any.
+			var row claimRow
+			found, lerr := s.scanRow(ctx, nil, time.Until(deadline), s.q.lookup, []any{c.Scope, c.Key, c.Retention.Microseconds()}, &row)
+			switch {
+			case lerr != nil:
+				return nil, nil, classify(ctx, "claim: look up", lerr, true)
+			case found && decide(&row, true, c.Fingerprint) == vRecord:
+				rec, err := row.record(c)
+				return nil, rec, err
+			}
+		}
 		switch {
 		case err == nil || !errors.Is(err, storage.ErrTransient) || attempt+1 >= maxRetries:
 			return lock, rec, err
@@ -222,7 +245,9 @@ func (s *Store) claimAtomic(ctx context.Context, c storage.Claim) (storage.Lock,
 	}
 }
 
-func (s *Store) claimAtomicOnce(ctx context.Context, c storage.Claim, wait time.Duration) (storage.Lock, *storage.Record, error) {
+// claimRowFirst is one atomic claim by default (without WithSingleWrite): the started key row is the
+// transaction's first write (a twin waits on it), updated to completed by Complete.
+func (s *Store) claimRowFirst(ctx context.Context, c storage.Claim, wait time.Duration) (storage.Lock, *storage.Record, error) {
 	tok := newToken()
 	args := claimArgs(c, tok, wait)[:8]
 	l := &atomicLock{s: s, scope: c.Scope, key: c.Key, tok: tok, timeout: c.Timeout}
@@ -285,4 +310,126 @@ func (s *Store) claimAtomicOnce(ctx context.Context, c storage.Claim, wait time.
 	l.point, l.takenOver = res.point, res.takenOver
 	l.slot = &slot{inner: l.tx}
 	return l, nil, nil
+}
+
+// errWaited makes an atomic claim at REPEATABLE READ or SERIALIZABLE start again after
+// waiting for a twin: its snapshot was taken before the twin committed.
+var errWaited = fmt.Errorf("pgxstore: claim: waited for a twin: %w", storage.ErrTransient)
+
+// claimLocked is one atomic claim that writes nothing: when no row holds the key it takes
+// the key's transaction-scoped advisory lock (a twin in flight holds it, so it waits for
+// the twin, up to the lock wait), and it looks the key up. No row: the key is claimed and Complete
+// inserts the completed row, the request's one write to the key table. A row: replayed,
+// or replaced or taken over as the conformance contract says (those write it at once, and
+// Complete updates it).
+//
+// The first round trip carries BEGIN, the try-lock and the lookup. When the try-lock finds
+// the lock taken, at READ COMMITTED the claim waits for it and looks again (that lookup's
+// snapshot is taken once the lock is held, so it sees what the twin committed); at
+// REPEATABLE READ the snapshot is already older than the twin's commit, so the claim waits
+// for the lock, rolls back and starts again.
+//
+// The primary key stays the final arbiter: where the advisory lock does not serialise
+// (an engine that accepts the call and does not lock, a snapshot taken just before a twin
+// committed, a writer that does not take the lock), Complete's INSERT fails on the twin's
+// row, the whole transaction rolls back and Complete returns storage.ErrTransient.
+func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Duration) (storage.Lock, *storage.Record, error) {
+	l := &atomicLock{s: s, scope: c.Scope, key: c.Key, timeout: c.Timeout,
+		fingerprint: c.Fingerprint, method: c.Method, path: c.Path}
+	// The arguments, each boxed once for the statements that share it.
+	var ms, hash, scope, key, retention any = strconv.FormatInt(max(wait.Milliseconds(), 1), 10),
+		s.lockHash(c.Scope, c.Key), c.Scope, c.Key, c.Retention.Microseconds()
+	conn, release, fast, err := s.dedicated(ctx, wait)
+	if err != nil {
+		return nil, nil, classify(ctx, "claim", err, true)
+	}
+	var row claimRow
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 3)}
+	if fast {
+		l.conn, l.release = conn, release
+		b.BeginTx(pgx.TxOptions{IsoLevel: s.iso})
+	} else if l.tx, err = s.begin(ctx, wait); err != nil {
+		return nil, nil, classify(ctx, "claim", err, true)
+	}
+	b.Queue(s.q.tryLock, ms, hash, scope, key)
+	b.Queue(s.q.lookup, scope, key, retention)
+	var br pgx.BatchResults
+	if fast {
+		br = conn.SendBatch(ctx, b)
+		l.tx = br.Tx()
+		_, err = br.Exec()
+	} else {
+		br = l.tx.SendBatch(ctx, b)
+	}
+	var locked *bool // nil: a row held the key, so no lock was tried
+	var found bool
+	if err == nil {
+		err = br.QueryRow().Scan(nil, &locked)
+	}
+	if err == nil {
+		found, err = scanned(br.QueryRow().Scan(row.dest()...))
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && (locked != nil && !*locked || locked == nil && !found) {
+		// A twin holds the key's lock (or, rarely, a key of the same hash), or the row
+		// that held the key went away between the two statements.
+		row = claimRow{}
+		if s.iso == pgx.ReadCommitted {
+			b = &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
+			b.Queue(s.q.lock, ms, hash)
+			b.Queue(s.q.lookup, scope, key, retention)
+			br = l.tx.SendBatch(ctx, b)
+			if _, err = br.Exec(); err == nil {
+				found, err = scanned(br.QueryRow().Scan(row.dest()...))
+			}
+			if cerr := br.Close(); err == nil {
+				err = cerr
+			}
+		} else if _, err = l.tx.Exec(ctx, s.q.lock, ms, hash); err == nil {
+			err = errWaited
+		}
+	}
+	if err != nil {
+		l.abort(ctx)
+		return nil, nil, classify(ctx, "claim", err, true)
+	}
+	if !found {
+		l.pending, l.point = true, storage.RecoveryStarted
+		l.slot = &slot{inner: l.tx}
+		return l, nil, nil
+	}
+	// A row holds the key: report it, or replace or take it over in this transaction
+	// (its row lock serialises racing claimers; the UPDATEs are conditional). A row that
+	// vanishes meanwhile (the sweeper) leaves the key to this claim, to insert at
+	// Complete.
+	l.tok = newToken()
+	read := func(row *claimRow) (bool, error) {
+		found, err := s.scanRow(ctx, l.tx, wait, s.q.lookup, []any{scope, key, retention}, row)
+		if err == nil && !found {
+			row.claimed, row.pending = true, true
+		}
+		return true, err
+	}
+	res, err := s.settle(ctx, l.tx, c, l.tok, read, &row, true)
+	if err != nil {
+		l.abort(ctx)
+		return nil, nil, classify(ctx, "claim", err, true)
+	}
+	if res.rec != nil {
+		l.abort(ctx)
+		return nil, res.rec, nil
+	}
+	l.point, l.takenOver, l.pending = res.point, res.takenOver, res.pending
+	l.slot = &slot{inner: l.tx}
+	return l, nil, nil
+}
+
+// scanned turns the error of a one-row scan into found: no row is not an error.
+func scanned(err error) (bool, error) {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
 }

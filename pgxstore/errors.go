@@ -15,6 +15,7 @@ const (
 	queryCanceled        = "57014" // statement_timeout ran out (or a cancel request)
 	serializationFailure = "40001"
 	deadlockDetected     = "40P01"
+	uniqueViolation      = "23505"
 )
 
 // classify wraps a database error for the caller: a lock wait that ran out during a

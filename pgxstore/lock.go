@@ -44,11 +44,16 @@ func completeArgs(scope, key string, tok token, r *storage.Response) []any {
 type atomicLock struct {
 	s          *Store
 	scope, key string
-	tok        token
-	point      string
-	takenOver  bool
-	tx         pgx.Tx // the claim's transaction
-	slot       *slot  // hands tx to the handler
+	tok        token // the row's token when the claim wrote it (replaced or taken over)
+	// pending: the claim wrote no row (it holds the key's advisory lock); Complete inserts
+	// the completed row from these. Otherwise Complete updates the row the claim wrote.
+	pending      bool
+	fingerprint  []byte
+	method, path string
+	point        string
+	takenOver    bool
+	tx           pgx.Tx // the claim's transaction
+	slot         *slot  // hands tx to the handler
 	// conn is the connection tx runs on when the store has one to itself (a pool or a
 	// *pgx.Conn): Complete then sends the completion and COMMIT in one round trip.
 	// release gives it back.
@@ -97,9 +102,11 @@ func (l *atomicLock) Phase(ctx context.Context, point string, fn func(ctx contex
 	return nil
 }
 
-// Complete records r and commits. On a connection of its own, the completion and COMMIT
-// go in one round trip: the row is this transaction's (inserted or locked by the claim),
-// so the update cannot miss it.
+// Complete records r and commits. On a connection of its own, the recording and COMMIT
+// go in one round trip. Recording is a plain INSERT of the completed row (pending) or an
+// UPDATE of the row this transaction wrote or locked in the claim: if the INSERT fails (a
+// twin recorded the key first) the transaction is aborted and the COMMIT sent with it
+// commits nothing; an UPDATE cannot miss its row.
 func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
 	if l.ended {
 		return errEnded
@@ -108,13 +115,18 @@ func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
 	l.slot.take()
 	ctx, cancel := bounded(ctx, l.timeout)
 	defer cancel()
-	args := completeArgs(l.scope, l.key, l.tok, r)
+	sql, args := l.s.q.complete, completeArgs(l.scope, l.key, l.tok, r)
+	if l.pending {
+		sql = l.s.q.record
+		args = []any{l.scope, l.key, l.fingerprint, l.method, l.path, l.point,
+			int32(r.Status), storage.EncodeHeader(r.Header), r.Body}
+	}
 	if l.conn == nil {
-		return l.completeTx(ctx, args)
+		return l.completeTx(ctx, sql, args)
 	}
 	defer l.release()
-	b := &pgx.Batch{}
-	b.Queue(l.s.q.complete, args...)
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
+	b.Queue(sql, args...)
 	b.Queue("commit")
 	br := l.conn.SendBatch(ctx, b)
 	ct, err := br.Exec()
@@ -130,7 +142,7 @@ func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
 	}
 	if err != nil {
 		l.rollbackConn(ctx)
-		return classify(ctx, "complete", err, false)
+		return l.completeFailed(ctx, err)
 	}
 	if ct.RowsAffected() != 1 {
 		// Only the handler itself, writing to the key table in this transaction, can get
@@ -140,19 +152,30 @@ func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
 	return nil
 }
 
-func (l *atomicLock) completeTx(ctx context.Context, args []any) error {
-	ct, err := l.tx.Exec(ctx, l.s.q.complete, args...)
+func (l *atomicLock) completeTx(ctx context.Context, sql string, args []any) error {
+	ct, err := l.tx.Exec(ctx, sql, args...)
 	if err == nil && ct.RowsAffected() != 1 {
 		err = fmt.Errorf("the key row was changed inside the request's transaction")
 	}
 	if err != nil {
 		l.abort(ctx)
-		return classify(ctx, "complete", err, false)
+		return l.completeFailed(ctx, err)
 	}
 	if err := l.tx.Commit(ctx); err != nil {
 		return classify(ctx, "commit", err, false)
 	}
 	return nil
+}
+
+// completeFailed classifies a failed completion. A unique violation on the key table means
+// a twin that the advisory lock did not hold off recorded the key first: everything of
+// this request rolled back, and a retry gets the twin's response (storage.ErrTransient).
+func (l *atomicLock) completeFailed(ctx context.Context, err error) error {
+	var pgErr *pgconn.PgError
+	if l.pending && errors.As(err, &pgErr) && pgErr.Code == uniqueViolation && pgErr.TableName == l.s.table[len(l.s.table)-1] {
+		return fmt.Errorf("pgxstore: complete: a twin recorded key %q first; rolled back: %w: %w", l.key, storage.ErrTransient, err)
+	}
+	return classify(ctx, "complete", err, false)
 }
 
 // rollbackConn rolls back what is left of the transaction after a failed completion

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/pgxstore"
@@ -46,6 +47,13 @@ func newShop(t *testing.T, iso pgx.TxIsoLevel, cfg core.Config, handler func(*sh
 	t.Helper()
 	db := sharedPool(t)
 	store, schema := newStore(t, db, pgxstore.WithIsolation(iso))
+	return newShopOn(t, db, store, schema, cfg, handler)
+}
+
+// newShopOn is newShop on a pool and a migrated store of the caller's, whose key table is
+// in schema.
+func newShopOn(t *testing.T, db *pgxpool.Pool, store *pgxstore.Store, schema string, cfg core.Config, handler func(*shop) http.HandlerFunc) *shop {
+	t.Helper()
 	s := &shop{t: t, db: db, schema: schema, store: store}
 	exec(t, db, fmt.Sprintf(`CREATE TABLE %[1]s.customers (id int PRIMARY KEY);
 		INSERT INTO %[1]s.customers VALUES (1);
@@ -59,9 +67,7 @@ func newShop(t *testing.T, iso pgx.TxIsoLevel, cfg core.Config, handler func(*sh
 
 	cfg.Store = store
 	eng, err := core.New(cfg)
-	if err != nil {
-		t.Fatalf("core.New: %v", err)
-	}
+	require.NoError(t, err, "core.New")
 	if handler == nil {
 		handler = (*shop).createOrder
 	}

@@ -35,7 +35,10 @@ type queries struct {
 	schema   string // the DDL of schema.sql
 	migrate  string // schema under an advisory lock
 	claim    string // phased: claim, or return the row holding the key
-	insert   string // atomic: claim only
+	insert   string // atomic by default: claim only
+	tryLock  string // atomic: the key's advisory lock, if free, and the lock wait
+	lock     string // atomic: the key's advisory lock, waiting for it
+	record   string // atomic: insert the completed key row
 	lookup   string
 	replace  string
 	takeover string
@@ -98,6 +101,28 @@ SELECT $1::text, $2::text, $3::bytea, $4::text, $5::text, 'started', 'started',
 WHERE set_config('lock_timeout', $8::text, true) IS NOT NULL
 ON CONFLICT (scope, idem_key) DO NOTHING
 RETURNING true`, t),
+
+		// tryLock takes the transaction-scoped advisory lock of a key (its hash: see
+		// lockHash) without waiting, if no row holds the key: true, got it; false, a twin
+		// holds it; NULL, a row holds the key (its row lock serialises what follows, so a
+		// replay never touches the advisory lock). lock takes it waiting up to
+		// lock_timeout. Both set lock_timeout for the rest of the transaction (the
+		// handler's statements included, as the default claim INSERT does);
+		// the target list is evaluated in order, so it is set before lock waits.
+		// $1 lock_timeout (ms), $2 the key's hash, $3 scope, $4 key.
+		tryLock: fmt.Sprintf(`SELECT set_config('lock_timeout', $1::text, true),
+	CASE WHEN EXISTS (SELECT 1 FROM %s WHERE scope = $3 AND idem_key = $4) THEN NULL
+	ELSE pg_try_advisory_xact_lock($2::bigint) END`, t),
+		lock: `SELECT set_config('lock_timeout', $1::text, true), pg_advisory_xact_lock($2::bigint)`,
+
+		// record inserts the completed key row, the one write of an atomic request, just
+		// before COMMIT. A plain INSERT: if a twin recorded the key first it fails (23505)
+		// and aborts the transaction, so the COMMIT sent with it cannot commit the
+		// handler's writes. $1 scope, $2 key, $3 fingerprint, $4 method, $5 path,
+		// $6 recovery point, $7 status, $8 headers, $9 body.
+		record: fmt.Sprintf(`INSERT INTO %s (scope, idem_key, request_hash, method, path, state, recovery_point,
+	response_code, response_headers, response_body, created_at, completed_at)
+VALUES ($1, $2, $3, $4, $5, 'completed', $6, $7, $8, $9, now(), statement_timestamp())`, t),
 
 		// lookup reads a key without claiming it. $1 scope, $2 key, $3 retention (µs).
 		lookup: fmt.Sprintf(`SELECT false, %[2]s, %[3]s, %[4]s FROM %[1]s WHERE scope = $1 AND idem_key = $2`,

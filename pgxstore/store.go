@@ -104,6 +104,18 @@ func WithIsolation(level pgx.TxIsoLevel) Option {
 // same round trip as BEGIN).
 func WithLookupFirst() Option { return func(s *Store) { s.lookupFirst = true } }
 
+// WithSingleWrite makes an atomic claim write nothing: it takes the key's
+// transaction-scoped advisory lock (a twin in flight holds it, so a twin waits, up to the
+// lock wait, then replays) and looks the key up; Complete then inserts the completed row
+// with the response just before COMMIT, the request's one write to the key table. A
+// replay is two round trips and no write. The primary key stays the final arbiter: where
+// the lock does not serialise (an engine that accepts the call and does not lock, a
+// REPEATABLE READ snapshot taken just before a twin committed), the twin's INSERT fails,
+// its transaction rolls back with its business writes, and Complete returns an error
+// wrapping storage.ErrTransient (503; the retry replays). Default: off, the started key
+// row is the claim's first write and Complete updates it.
+func WithSingleWrite() Option { return func(s *Store) { s.claimFirst = false } }
+
 // WithSweepByPrimaryKey makes DeleteExpired delete by primary key instead of by ctid, for
 // databases without a stable ctid (Citus, CockroachDB, YugabyteDB). Default: by ctid.
 func WithSweepByPrimaryKey() Option { return func(s *Store) { s.sweepPK = true } }
@@ -116,8 +128,10 @@ type Store struct {
 	retention   time.Duration
 	iso         pgx.TxIsoLevel
 	lookupFirst bool
+	claimFirst  bool
 	sweepPK     bool
 	q           queries
+	lockSeed    uint64 // lockHash's state after the table name
 	// sem serialises use of a DB that is one connection (*pgx.Conn, pgx.Tx); nil for a
 	// pool.
 	sem chan struct{}
@@ -131,7 +145,7 @@ func New(db DB, opts ...Option) *Store {
 	if db == nil {
 		panic("pgxstore: New needs a DB (a *pgxpool.Pool, *pgx.Conn or pgx.Tx)")
 	}
-	s := &Store{db: db, table: pgx.Identifier{defaultTable}, retention: DefaultRetention, iso: pgx.ReadCommitted}
+	s := &Store{db: db, table: pgx.Identifier{defaultTable}, retention: DefaultRetention, iso: pgx.ReadCommitted, claimFirst: true}
 	for _, o := range opts {
 		o(s)
 	}
@@ -140,7 +154,39 @@ func New(db DB, opts ...Option) *Store {
 		s.sem = make(chan struct{}, 1)
 	}
 	s.q = newQueries(s.table)
+	s.lockSeed = fnvString(fnvOffset, s.table.Sanitize())
 	return s
+}
+
+// FNV-1a, 64 bits.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+// fnvString folds len(v) and v into the FNV-1a state h.
+func fnvString(h uint64, v string) uint64 {
+	for n := uint64(len(v)); ; n >>= 8 { // the length first, so that no two fields run together
+		h = (h ^ n&0xff) * fnvPrime
+		if n < 0x100 {
+			break
+		}
+	}
+	for i := 0; i < len(v); i++ {
+		h = (h ^ uint64(v[i])) * fnvPrime
+	}
+	return h
+}
+
+// lockHash is the advisory lock key of (scope, key) in the store's table: 64 bits of
+// FNV-1a over the table name, the scope and the key, computed here so that every instance
+// of the application (any version, any platform) locks the same number. Two different
+// keys can share a hash: they then wait for each other needlessly (up to the lock wait,
+// then 409), which at 64 bits is about as likely as n²/2⁶⁵ for n keys in flight at once;
+// the primary key, not the lock, decides what is recorded. The lock shares the database's
+// one-bigint advisory lock space with the application's own advisory locks.
+func (s *Store) lockHash(scope, key string) int64 {
+	return int64(fnvString(fnvString(s.lockSeed, scope), key))
 }
 
 // Schema returns the DDL of the store's table (schema.sql with the configured table name),

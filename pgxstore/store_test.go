@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/core/storetest"
@@ -11,16 +12,23 @@ import (
 )
 
 // TestConformance runs the store conformance suite on a pool, at both isolation levels
-// the store supports; each subtest has its own schema.
+// the store supports, with the default atomic claim and WithSingleWrite; each subtest has
+// its own schema.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	for _, level := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead} {
-		t.Run(string(level), func(t *testing.T) {
-			t.Parallel()
-			storetest.Run(t, func(t *testing.T) storage.Store {
-				store, _ := newStore(t, sharedPool(t), pgxstore.WithIsolation(level))
-				return store
+	for _, v := range []struct {
+		name string
+		opts []pgxstore.Option
+	}{{"claim-first", nil}, {"single-write", []pgxstore.Option{pgxstore.WithSingleWrite()}}} {
+		for _, level := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead} {
+			t.Run(v.name+"/"+string(level), func(t *testing.T) {
+				t.Parallel()
+				storetest.Run(t, func(t *testing.T) storage.Store {
+					store, _ := newStore(t, sharedPool(t), append([]pgxstore.Option{pgxstore.WithIsolation(level)}, v.opts...)...)
+					require.NotNil(t, store)
+					return store
+				})
 			})
-		})
+		}
 	}
 }
