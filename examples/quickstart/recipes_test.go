@@ -3,7 +3,9 @@ package main
 import (
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gin-gonic/gin"
@@ -12,6 +14,7 @@ import (
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/ginidem"
+	"github.com/idemkit/idem/idemtest"
 )
 
 // The README's two recipes for an app whose routes are not all keyed, run as tests.
@@ -94,4 +97,33 @@ func TestRecipeKeyOptional(t *testing.T) {
 	assert.Equal(t, http.StatusCreated, post(r, "/v1/carts", "c1").Code)
 	assert.Equal(t, "true", post(r, "/v1/carts", "c1").Header().Get("Idempotent-Replayed"))
 	assert.Equal(t, 3, carts, "with a key it runs once")
+}
+
+// TestRoutesWithIdemtest: the README's "Testing your routes" snippet, run on a Gin app
+// whose order handler counts its side effect.
+func TestRoutesWithIdemtest(t *testing.T) {
+	gin.SetMode(gin.TestMode)
+	var mu sync.Mutex
+	orders := 0
+	router := gin.New()
+	router.Use(func(c *gin.Context) { c.Set("account", c.GetHeader("X-Account-ID")) }) // your auth
+	v1 := router.Group("/v1", ginidem.New(ginidem.Config{
+		Scope:  func(c *gin.Context) string { return c.GetString("account") },
+		Config: core.Config{Store: memstore.New()},
+	}))
+	v1.POST("/orders", func(c *gin.Context) {
+		mu.Lock()
+		orders++
+		n := orders
+		mu.Unlock()
+		c.Header("Location", "/v1/orders/"+strconv.Itoa(n))
+		c.JSON(http.StatusCreated, gin.H{"id": n})
+	})
+	countOrders := func(*testing.T) int { mu.Lock(); defer mu.Unlock(); return orders }
+
+	// snippet:begin idemtest
+	idemtest.Check(t, idemtest.Target{Handler: router, Path: "/v1/orders",
+		Header: http.Header{"X-Account-ID": {"acme"}}, Body: func(int) []byte { return []byte(`{"item":"book"}`) },
+		SideEffects: func() int { return countOrders(t) }})
+	// snippet:end idemtest
 }
