@@ -81,7 +81,7 @@ func (a *App) ReceiveEvent(r *http.Request, account string) Reply {
 // oldest first.
 func (a *App) ListEvents(r *http.Request, account string) Reply {
 	ctx := r.Context()
-	rs, err := a.be.db.Query(ctx, `SELECT seq, event_id, type, received_at FROM webhook_events WHERE account = ? ORDER BY seq`, account)
+	rs, err := a.be.db.Query(ctx, `SELECT id, event_id, type, received_at FROM webhook_events WHERE account = ? ORDER BY id`, account)
 	if err != nil {
 		return a.fail(ctx, "webhooks: list", err)
 	}
@@ -109,32 +109,32 @@ func (a *App) ListEvents(r *http.Request, account string) Reply {
 var webhookSchema = map[string][]string{
 	kindPostgres: {
 		`CREATE TABLE IF NOT EXISTS webhook_events (
-			seq bigserial PRIMARY KEY,
+			id bigserial PRIMARY KEY,
 			account text NOT NULL,
 			event_id text NOT NULL,
 			type text NOT NULL,
 			received_at timestamptz NOT NULL
 		)`,
-		`CREATE INDEX IF NOT EXISTS webhook_events_account_seq ON webhook_events (account, seq)`,
+		`CREATE INDEX IF NOT EXISTS webhook_events_account_id ON webhook_events (account, id)`,
 	},
 	kindSQLite: {
 		`CREATE TABLE IF NOT EXISTS webhook_events (
-			seq INTEGER PRIMARY KEY AUTOINCREMENT,
+			id INTEGER PRIMARY KEY AUTOINCREMENT,
 			account TEXT NOT NULL,
 			event_id TEXT NOT NULL,
 			type TEXT NOT NULL,
 			received_at TEXT NOT NULL
 		)`,
-		`CREATE INDEX IF NOT EXISTS webhook_events_account_seq ON webhook_events (account, seq)`,
+		`CREATE INDEX IF NOT EXISTS webhook_events_account_id ON webhook_events (account, id)`,
 	},
 	kindMySQL: {
 		`CREATE TABLE IF NOT EXISTS webhook_events (
-			seq BIGINT AUTO_INCREMENT PRIMARY KEY,
+			id BIGINT AUTO_INCREMENT PRIMARY KEY,
 			account VARBINARY(255) NOT NULL,
 			event_id VARBINARY(255) NOT NULL,
 			type TEXT NOT NULL,
 			received_at DATETIME(3) NOT NULL,
-			INDEX webhook_events_account_seq (account, seq)
+			INDEX webhook_events_account_id (account, id)
 		) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
 	},
 }
