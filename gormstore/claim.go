@@ -1,0 +1,379 @@
+package gormstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/idemkit/idem/core/storage"
+)
+
+// claimAttempts bounds how often Claim retries a claim that lost a race it cannot lose
+// for good: a deadlock or serialization failure (nothing of the caller's ran yet), or a
+// row that vanished between two statements.
+const claimAttempts = 3
+
+// errRetry makes Claim start over.
+var errRetry = errors.New("gormstore: claim raced, retrying")
+
+// Claim implements storage.Store.Claim. In phased mode (and in atomic mode with
+// WithLookupFirst) the key is read first, without a transaction or a lock, and a record
+// the claim would only report (completed, live lease, other fingerprint) is returned from
+// that one statement. Anything else runs in a transaction whose first write is the claim:
+//
+//   - PostgreSQL: INSERT … ON CONFLICT DO NOTHING, then SELECT … FOR UPDATE on conflict,
+//     waits bounded by lock_timeout (55P03/57014 → storage.ErrInProgress; 40001/40P01 →
+//     storage.ErrTransient).
+//   - MySQL/MariaDB: INSERT … ON DUPLICATE KEY UPDATE (an exclusive lock on a duplicate,
+//     where a plain INSERT's shared lock lets twins deadlock), SELECT … FOR UPDATE,
+//     innodb_lock_wait_timeout (1205 → ErrInProgress; 1213 → ErrTransient).
+//   - SQLite: no row locks; the INSERT, first statement of the transaction, takes the
+//     database's write lock, waiting up to busy_timeout (SQLITE_BUSY → ErrInProgress).
+//     Writers are serialized: in atomic mode a request holds the write lock until it
+//     completes, so any other claim waits for it, up to its lock wait.
+//
+// In atomic mode the returned lock's transaction is bound to ctx: if ctx ends before
+// Complete, the transaction rolls back.
+func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
+	switch c.Mode {
+	case storage.ModeAtomic, storage.ModePhased:
+	default:
+		return nil, nil, fmt.Errorf("gormstore: claim in mode %v: %w", c.Mode, storage.ErrUnsupportedMode)
+	}
+	if s.dialect == mariadb && (len(c.Scope) > maxKeyBytes || len(c.Key) > maxKeyBytes) {
+		return nil, nil, fmt.Errorf("gormstore: claim: scope and key are limited to %d bytes each on MySQL/MariaDB (got %d and %d)",
+			maxKeyBytes, len(c.Scope), len(c.Key))
+	}
+	if c.Fingerprint == nil {
+		c.Fingerprint = []byte{}
+	}
+	wait := c.LockWait
+	if wait <= 0 {
+		wait = defaultLockWait // the engine always sets one (core.Config.LockWait)
+	}
+
+	if c.Mode == storage.ModePhased || s.lookupFirst {
+		r, err := s.read(ctx, s.db, c.Scope, c.Key, false, s.clock())
+		if err != nil {
+			return nil, nil, wrap(ctx, "claim: lookup", err)
+		}
+		if r != nil && s.judge(r, c) == reportIt {
+			rec, err := r.record()
+			return nil, rec, err
+		}
+	}
+
+	// database/sql rolls a transaction back when the context it began with ends, so the
+	// transaction begins with the request's context and only the claim's own statements
+	// run under c.Timeout.
+	txCtx := ctx
+	if c.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
+		defer cancel()
+	}
+	for attempt := 1; ; attempt++ {
+		lock, rec, err := s.claimTx(txCtx, ctx, c, wait)
+		if err == nil || attempt == claimAttempts || ctx.Err() != nil ||
+			!(errors.Is(err, errRetry) || errors.Is(err, storage.ErrTransient)) {
+			if errors.Is(err, errRetry) {
+				err = fmt.Errorf("%w: %w", storage.ErrTransient, err)
+			}
+			return lock, rec, err
+		}
+	}
+}
+
+// claimTx is one attempt at a claim, in a transaction of its own.
+func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim, wait time.Duration) (_ storage.Lock, _ *storage.Record, err error) {
+	tx, err := s.begin(txCtx)
+	if err != nil {
+		return nil, nil, wrap(ctx, "claim: begin", err)
+	}
+	if s.dialect == postgres && c.Mode == storage.ModeAtomic && s.singleWrite {
+		l, done, err := s.claimLocked(ctx, tx, c, wait)
+		if done || err != nil {
+			return l, nil, err
+		}
+		// A row holds the key: the claim below reads and locks it in this transaction.
+	}
+	restore, err := s.setLockWait(ctx, tx, wait)
+	if err != nil {
+		tx.Rollback()
+		return nil, nil, wrap(ctx, "claim: lock wait", err)
+	}
+	claimed := false
+	defer func() {
+		if claimed {
+			return
+		}
+		if s.dialect != postgres { // SET LOCAL ends with the transaction; the others do not
+			_ = restore()
+		}
+		tx.Rollback()
+	}()
+
+	now := s.clock()
+	token := s.newToken()
+	nowSQL, nowArgs := s.nowSQL(now)
+	values := map[string]any{
+		"scope":          c.Scope,
+		"idem_key":       c.Key,
+		"request_hash":   c.Fingerprint,
+		"method":         c.Method,
+		"path":           c.Path,
+		"state":          string(storage.StateStarted),
+		"recovery_point": storage.RecoveryStarted,
+		"locked_until":   s.leaseExpr(c, now),
+		"lease_token":    token,
+		"created_at":     gorm.Expr(nowSQL, nowArgs...),
+	}
+	res := tx.WithContext(ctx).Model(&keyRow{}).Table(s.table).Clauses(clause.OnConflict{DoNothing: true}).Create(values)
+	if res.Error != nil {
+		return nil, nil, wrap(ctx, "claim: insert", res.Error)
+	}
+	if res.RowsAffected == 1 {
+		l, err := s.hold(ctx, tx, restore, c, token, storage.RecoveryStarted, false)
+		claimed = err == nil
+		return l, nil, err
+	}
+
+	r, err := s.read(ctx, tx, c.Scope, c.Key, true, now)
+	switch {
+	case err != nil:
+		return nil, nil, wrap(ctx, "claim: select", err)
+	case r == nil: // deleted since the insert saw it
+		return nil, nil, errRetry
+	}
+	switch s.judge(r, c) {
+	case reportIt:
+		rec, err := r.record()
+		return nil, rec, err
+	case claimAfresh:
+		q, args := s.reclaimSQL(c, token, now)
+		if res := tx.WithContext(ctx).Exec(q, args...); res.Error != nil {
+			return nil, nil, wrap(ctx, "claim: reclaim", res.Error)
+		}
+		l, err := s.hold(ctx, tx, restore, c, token, storage.RecoveryStarted, false)
+		claimed = err == nil
+		return l, nil, err
+	default: // takeOver
+		q, args := s.takeoverSQL(c, token, now)
+		res := tx.WithContext(ctx).Exec(q, args...)
+		switch {
+		case res.Error != nil:
+			return nil, nil, wrap(ctx, "claim: take over", res.Error)
+		case res.RowsAffected != 1:
+			return nil, nil, errRetry
+		}
+		l, err := s.hold(ctx, tx, restore, c, token, r.point, true)
+		claimed = err == nil
+		return l, nil, err
+	}
+}
+
+// hold turns the claim's transaction into a lock: atomic, it stays open for the handler
+// with the connection's own lock wait back; phased, it commits.
+func (s *Store) hold(ctx context.Context, tx *gorm.DB, restore func() error, c storage.Claim, token any, point string, takenOver bool) (*lock, error) {
+	l := &lock{
+		s: s, mode: c.Mode, scope: c.Scope, key: c.Key, token: token, lease: c.Lease, timeout: c.Timeout,
+		initial: point, point: point, progress: point != storage.RecoveryStarted, takenOver: takenOver,
+	}
+	if c.Mode == storage.ModeAtomic {
+		if err := restore(); err != nil {
+			return nil, wrap(ctx, "claim: restore lock wait", err)
+		}
+		l.tx = tx
+		l.held = &holder{tx: tx, base: s.db}
+		return l, nil
+	}
+	if s.dialect != postgres {
+		if err := restore(); err != nil {
+			return nil, wrap(ctx, "claim: restore lock wait", err)
+		}
+	}
+	if err := tx.Commit().Error; err != nil {
+		return nil, wrap(ctx, "claim: commit", err)
+	}
+	return l, nil
+}
+
+// begin opens a transaction at the store's isolation level.
+func (s *Store) begin(ctx context.Context) (*gorm.DB, error) {
+	var tx *gorm.DB
+	if s.iso != sql.LevelDefault && s.dialect != sqlite {
+		tx = s.db.WithContext(ctx).Begin(&sql.TxOptions{Isolation: s.iso})
+	} else {
+		tx = s.db.WithContext(ctx).Begin()
+	}
+	return tx, tx.Error
+}
+
+// leaseExpr is the locked_until of a new claim: now + lease in phased mode; none in
+// atomic mode, where the open transaction is what holds the key.
+func (s *Store) leaseExpr(c storage.Claim, now time.Time) any {
+	if c.Mode != storage.ModePhased {
+		return nil
+	}
+	q, args := s.plusSQL(now, c.Lease)
+	return gorm.Expr(q, args...)
+}
+
+func (s *Store) reclaimSQL(c storage.Claim, token any, now time.Time) (string, []any) {
+	nowSQL, nowArgs := s.nowSQL(now)
+	leaseSQL, leaseArgs := "NULL", []any(nil)
+	if c.Mode == storage.ModePhased {
+		leaseSQL, leaseArgs = s.plusSQL(now, c.Lease)
+	}
+	args := []any{c.Fingerprint, c.Method, c.Path, string(storage.StateStarted), storage.RecoveryStarted}
+	args = append(args, leaseArgs...)
+	args = append(args, token)
+	args = append(args, nowArgs...)
+	args = append(args, c.Scope, c.Key)
+	return "UPDATE " + s.quoted + " SET request_hash = ?, method = ?, path = ?, state = ?, recovery_point = ?, locked_until = " + leaseSQL +
+		", lease_token = ?, response_code = NULL, response_headers = NULL, response_body = NULL, created_at = " + nowSQL +
+		", completed_at = NULL WHERE scope = ? AND idem_key = ?", args
+}
+
+// takeoverSQL takes a started key whose lease has run out, if its fingerprint is the
+// claim's: one statement, so of two claimers only one sees a row affected.
+func (s *Store) takeoverSQL(c storage.Claim, token any, now time.Time) (string, []any) {
+	nowSQL, nowArgs := s.nowSQL(now)
+	leaseSQL, leaseArgs := "NULL", []any(nil)
+	if c.Mode == storage.ModePhased {
+		leaseSQL, leaseArgs = s.plusSQL(now, c.Lease)
+	}
+	args := append([]any{token}, leaseArgs...)
+	args = append(args, c.Scope, c.Key, string(storage.StateStarted))
+	args = append(args, nowArgs...)
+	args = append(args, c.Fingerprint)
+	return "UPDATE " + s.quoted + " SET lease_token = ?, locked_until = " + leaseSQL +
+		" WHERE scope = ? AND idem_key = ? AND state = ? AND (locked_until IS NULL OR locked_until < " + nowSQL + ") AND request_hash = ?", args
+}
+
+// verdict is what a claim does with an existing row.
+type verdict int
+
+const (
+	reportIt    verdict = iota // return the record
+	claimAfresh                // past retention with no live lease: as if absent
+	takeOver                   // started, lease over, same fingerprint
+)
+
+func (s *Store) judge(r *row, c storage.Claim) verdict {
+	live := r.state == string(storage.StateStarted) && r.lockedUntil.After(r.now)
+	switch {
+	case c.Retention > 0 && r.createdAt.Before(r.now.Add(-c.Retention)) && !live:
+		return claimAfresh
+	case r.state != string(storage.StateStarted), live, !bytes.Equal(r.hash, c.Fingerprint):
+		return reportIt
+	}
+	return takeOver
+}
+
+// newToken mints a fencing token: 16 random bytes, as a version 4 UUID in its text form
+// on PostgreSQL (a uuid column), as bytes elsewhere.
+func (s *Store) newToken() any {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	if s.dialect != postgres {
+		return b[:]
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// claimLocked is the start of an atomic claim on PostgreSQL that writes nothing: when no
+// row holds the key it takes the key's transaction-scoped advisory lock without waiting
+// and, holding it, looks the key up with a snapshot taken after the lock was granted, so
+// it sees whatever a twin committed. No row: the lock is returned (done) and Complete
+// inserts the completed row, the request's one write to the key table. A twin holding
+// the lock: the claim waits for it (lock_timeout, then storage.ErrInProgress), rolls back
+// and starts again (errRetry), when the twin's record is visible. A row holding the key
+// (done false, no error): the caller goes on in tx, where the row's lock serialises
+// racing claimers as before.
+//
+// The primary key stays the final arbiter: where the lock does not serialise (an engine
+// that accepts the call and does not lock, a snapshot at REPEATABLE READ taken just
+// before a twin committed), Complete's INSERT fails on the twin's row and the whole
+// transaction rolls back (storage.ErrTransient).
+func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, wait time.Duration) (_ *lock, done bool, err error) {
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	hash := s.lockHash(c.Scope, c.Key)
+	var locked sql.NullBool
+	if err := scanOne(tx.WithContext(ctx).Raw(s.tryLockSQL, c.Scope, c.Key, hash), &locked); err != nil {
+		return nil, false, wrap(ctx, "claim: lock", err)
+	}
+	switch {
+	case !locked.Valid:
+		return nil, false, nil
+	case !locked.Bool:
+		// A twin holds the lock: wait for it, then start again with a snapshot that sees
+		// its outcome.
+		if _, err := s.setLockWait(ctx, tx, wait); err != nil {
+			return nil, true, wrap(ctx, "claim: lock wait", err)
+		}
+		if err := tx.WithContext(ctx).Exec("SELECT pg_advisory_xact_lock(?)", hash).Error; err != nil {
+			return nil, true, wrap(ctx, "claim: wait for a twin", err)
+		}
+		return nil, true, errRetry
+	}
+	r, err := s.read(ctx, tx, c.Scope, c.Key, false, time.Time{})
+	switch {
+	case err != nil:
+		return nil, true, wrap(ctx, "claim: select", err)
+	case r != nil: // committed just before the lock was granted: read it again, locked
+		return nil, true, errRetry
+	}
+	l := &lock{
+		s: s, mode: c.Mode, scope: c.Scope, key: c.Key, lease: c.Lease, timeout: c.Timeout,
+		initial: storage.RecoveryStarted, point: storage.RecoveryStarted,
+		pending: true, fingerprint: c.Fingerprint, method: c.Method, path: c.Path,
+		tx: tx, held: &holder{tx: tx, base: s.db},
+	}
+	return l, true, nil
+}
+
+// lockHash is the advisory lock key of (scope, key) in the store's table: 64 bits of
+// FNV-1a over the table name, the scope and the key, each preceded by its length. Every
+// instance computes the same number, as pgxstore does for the same table name. Two keys
+// can share a hash: they then wait for each other needlessly, about as likely as n²/2⁶⁵
+// for n keys in flight at once; the primary key, not the lock, decides what is recorded.
+func (s *Store) lockHash(scope, key string) int64 {
+	h := fnvString(fnvString(fnvString(fnvOffset, s.quoted), scope), key)
+	return int64(h)
+}
+
+// FNV-1a, 64 bits.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+// fnvString folds len(v) and v into the FNV-1a state h.
+func fnvString(h uint64, v string) uint64 {
+	for n := uint64(len(v)); ; n >>= 8 {
+		h = (h ^ n&0xff) * fnvPrime
+		if n < 0x100 {
+			break
+		}
+	}
+	for i := 0; i < len(v); i++ {
+		h = (h ^ uint64(v[i])) * fnvPrime
+	}
+	return h
+}
