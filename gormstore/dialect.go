@@ -8,9 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-	"github.com/idemkit/idem/core/storage"
+	"reflect"
+
 	"gorm.io/gorm"
+
+	"github.com/idemkit/idem/core/storage"
 )
 
 // dialect is the database behind the *gorm.DB, from its Dialector's name.
@@ -196,8 +198,9 @@ const (
 	kindTransient         // serialization failure or deadlock: ErrTransient (503)
 )
 
-// classify reads the driver's error without importing more drivers than needed:
-// pgconn.PgError has SQLState(), the SQLite driver's error has Code().
+// classify reads the driver's error without importing any driver: pgconn.PgError has
+// SQLState(), the SQLite driver's error has Code(), and the MySQL driver's error is
+// recognised by its type's name (mysqlNumber).
 func classify(err error) errKind {
 	var pg interface{ SQLState() string }
 	if errors.As(err, &pg) {
@@ -209,9 +212,8 @@ func classify(err error) errKind {
 		}
 		return kindOther
 	}
-	var my *mysql.MySQLError
-	if errors.As(err, &my) {
-		switch my.Number {
+	if number, ok := mysqlNumber(err); ok {
+		switch number {
 		case 1205: // ER_LOCK_WAIT_TIMEOUT
 			return kindBusy
 		case 1213: // ER_LOCK_DEADLOCK
@@ -231,6 +233,63 @@ func classify(err error) errKind {
 		return kindBusy
 	}
 	return kindOther
+}
+
+// mysqlDriver is the import path of the MySQL driver behind gorm.io/driver/mysql.
+const mysqlDriver = "github.com/go-sql-driver/mysql"
+
+// mysqlNumber returns the error number of the first *mysql.MySQLError in err's tree
+// (errors.Unwrap, single and multiple). The store does not import the driver, so that
+// a PostgreSQL or SQLite build does not compile it: it recognises the error by its
+// type's package path and name, and reads the exported field Number by reflection.
+// TestWrap holds it to the driver's real type, so a driver that renamed either fails
+// the tests rather than going unrecognised.
+func mysqlNumber(err error) (uint16, bool) {
+	if err == nil {
+		return 0, false
+	}
+	if v := reflect.ValueOf(err); v.Kind() == reflect.Pointer && !v.IsNil() {
+		if t := v.Type().Elem(); t.Kind() == reflect.Struct && t.PkgPath() == mysqlDriver && t.Name() == "MySQLError" {
+			if n := v.Elem().FieldByName("Number"); n.IsValid() && n.CanUint() {
+				return uint16(n.Uint()), true
+			}
+		}
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return mysqlNumber(u.Unwrap())
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if n, ok := mysqlNumber(e); ok {
+				return n, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// clientFoundRows reports whether d is gorm.io/driver/mysql's Dialector with a DSN that
+// sets clientFoundRows=true (its Config.DSNConfig, which mysql.Open and mysql.New fill
+// from the DSN). It reads the fields by reflection so that the store does not import
+// the MySQL driver; TestMySQLClientFoundRows holds it to the real Dialector. A Dialector
+// made from an open connection (Config.Conn) has no DSN to read and passes.
+func clientFoundRows(d gorm.Dialector) bool {
+	v := reflect.ValueOf(d)
+	for _, field := range []string{"Config", "DSNConfig", "ClientFoundRows"} {
+		for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+			if v.IsNil() {
+				return false
+			}
+			v = v.Elem()
+		}
+		if v.Kind() != reflect.Struct || field == "Config" && v.Type().PkgPath() != "gorm.io/driver/mysql" {
+			return false
+		}
+		if v = v.FieldByName(field); !v.IsValid() {
+			return false
+		}
+	}
+	return v.Kind() == reflect.Bool && v.Bool()
 }
 
 // wrap adds the operation's name and, for errors the engine answers specially, the

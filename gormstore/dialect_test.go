@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core"
 )
@@ -18,6 +22,11 @@ type liteError int
 
 func (e liteError) Error() string { return fmt.Sprintf("sqlite error (%d)", int(e)) }
 func (e liteError) Code() int     { return int(e) }
+
+// numbered looks like the MySQL driver's error but is not it: mysqlNumber must not read it.
+type numbered struct{ Number uint16 }
+
+func (e *numbered) Error() string { return fmt.Sprintf("Error %d: lookalike", e.Number) }
 
 // TestWrap: each dialect's lock-wait expiry becomes ErrInProgress, its serialization
 // failures and deadlocks ErrTransient, everything else neither; the driver's error stays
@@ -37,6 +46,9 @@ func TestWrap(t *testing.T) {
 		{&mysql.MySQLError{Number: 1205}, core.ErrInProgress},
 		{&mysql.MySQLError{Number: 1213}, core.ErrTransient},
 		{&mysql.MySQLError{Number: 1062}, nil},
+		{fmt.Errorf("driver: %w", &mysql.MySQLError{Number: 1205}), core.ErrInProgress},
+		{errors.Join(errors.New("rollback"), &mysql.MySQLError{Number: 1213}), core.ErrTransient},
+		{&numbered{Number: 1205}, nil},       // recognised by its type, not its shape
 		{liteError(5), core.ErrInProgress},   // SQLITE_BUSY
 		{liteError(261), core.ErrInProgress}, // SQLITE_BUSY_RECOVERY
 		{liteError(6), core.ErrInProgress},   // SQLITE_LOCKED
@@ -46,24 +58,28 @@ func TestWrap(t *testing.T) {
 	}
 	for _, tc := range cases {
 		got := wrap(context.Background(), "claim", tc.err)
-		if !errors.Is(got, tc.err) {
-			t.Errorf("wrap(%v) = %v: lost the driver's error", tc.err, got)
-		}
+		assert.ErrorIs(t, got, tc.err, "wrap(%v) lost the driver's error", tc.err)
 		for _, sentinel := range []error{core.ErrInProgress, core.ErrTransient} {
-			if errors.Is(got, sentinel) != (sentinel == tc.want) {
-				t.Errorf("wrap(%v) = %v: errors.Is(%v) = %v", tc.err, got, sentinel, !(sentinel == tc.want))
-			}
+			assert.Equal(t, sentinel == tc.want, errors.Is(got, sentinel), "wrap(%v) = %v: errors.Is(%v)", tc.err, got, sentinel)
 		}
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	got := wrap(ctx, "claim", &pgconn.PgError{Code: "57014"}) // what a cancelled query reports
-	if errors.Is(got, core.ErrInProgress) || !errors.Is(got, context.Canceled) {
-		t.Errorf("a query cancelled with its context: %v, want context.Canceled and not ErrInProgress", got)
-	}
-	if wrap(ctx, "claim", nil) != nil {
-		t.Error("wrap(nil) must be nil")
+	assert.ErrorIs(t, got, context.Canceled, "a query cancelled with its context")
+	assert.NotErrorIs(t, got, core.ErrInProgress, "a query cancelled with its context is not a lock wait")
+	assert.NoError(t, wrap(ctx, "claim", nil))
+}
+
+// TestNoMySQLDriverInTheBuild: a PostgreSQL or SQLite user's build does not compile the
+// MySQL driver; the store recognises its errors and DSN without importing it.
+func TestNoMySQLDriverInTheBuild(t *testing.T) {
+	t.Parallel()
+	out, err := exec.CommandContext(t.Context(), "go", "list", "-deps", ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, pkg := range strings.Fields(string(out)) {
+		assert.False(t, pkg == mysqlDriver || strings.HasPrefix(pkg, "gorm.io/driver/"), "gormstore depends on %s", pkg)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	gormmysql "gorm.io/driver/mysql"
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idem/core/storage"
@@ -62,7 +61,7 @@ func New(db *gorm.DB, opts ...Option) *Store {
 	if s.retention <= 0 {
 		panic(fmt.Sprintf("gormstore: WithRetention(%v): the retention must be positive", s.retention))
 	}
-	if my, ok := db.Dialector.(*gormmysql.Dialector); ok && my.Config != nil && my.DSNConfig != nil && my.DSNConfig.ClientFoundRows {
+	if clientFoundRows(db.Dialector) {
 		panic("gormstore: the MySQL DSN sets clientFoundRows=true; the store needs the default (false)")
 	}
 	var b strings.Builder
