@@ -7,7 +7,7 @@
 //	db, err := gorm.Open(postgres.Open(os.Getenv("DATABASE_URL")), &gorm.Config{})
 //	// …
 //	store := gormstore.New(db)            // WithTable, WithRetention, WithIsolation, WithLookupFirst
-//	if err := store.Migrate(ctx); err != nil { … } // explicit; New never touches the database
+//	if err := store.Migrate(ctx); err != nil { … } // explicit (see Table); New never touches the database
 //
 //	mux.Handle("POST /orders", core.Middleware(core.Config{Store: store}, accountID)(http.HandlerFunc(createOrder)))
 //
@@ -106,22 +106,31 @@
 //
 // One table, DefaultTable unless WithTable names another (schema-qualified where the
 // database has schemas), with PRIMARY KEY (scope, idem_key) and an index on created_at
-// named <table>_created_at_idx. Migrate creates them; on PostgreSQL it amounts to:
+// named <table>_created_at_idx. Schema returns its DDL for the store's dialect with the
+// configured name; Migrate runs that DDL when the table is missing, and on a table made
+// from it (by hand or by a migration tool) does nothing. Give Migrate a deadline:
 //
-//	CREATE TABLE idempotency_keys (
-//	    scope text NOT NULL, idem_key text NOT NULL, request_hash bytea NOT NULL,
-//	    method text NOT NULL, path text NOT NULL, state text NOT NULL, recovery_point text NOT NULL,
-//	    locked_until timestamptz(6), lease_token uuid, response_code integer,
-//	    response_headers bytea, response_body bytea,
+//	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+//	defer cancel()
+//	if err := store.Migrate(ctx); err != nil { … } // or apply store.Schema() with your migration tool
+//
+// On PostgreSQL Schema returns:
+//
+//	CREATE TABLE IF NOT EXISTS "idempotency_keys" (
+//	    scope text NOT NULL, idem_key text NOT NULL,
+//	    request_hash bytea NOT NULL, method text NOT NULL, path text NOT NULL,
+//	    state text NOT NULL, recovery_point text NOT NULL,
+//	    locked_until timestamptz(6), lease_token uuid,
+//	    response_code integer, response_headers bytea, response_body bytea,
 //	    created_at timestamptz(6) NOT NULL, completed_at timestamptz(6),
 //	    PRIMARY KEY (scope, idem_key));
-//	CREATE INDEX idempotency_keys_created_at_idx ON idempotency_keys (created_at);
+//	CREATE INDEX IF NOT EXISTS "idempotency_keys_created_at_idx" ON "idempotency_keys" (created_at);
 //
 // On MySQL/MariaDB scope and idem_key are varbinary(255), the byte columns longblob
-// (lease_token varbinary(16)), the text columns longtext and the times datetime(6); on
-// SQLite the byte columns are blob and the times datetime. Bodies and headers are stored
-// as bytes, never JSON: headers as storage.EncodeHeader lines. The README has the full DDL
-// for each dialect.
+// (lease_token varbinary(16)), the text columns longtext and the times datetime(6), with
+// ENGINE=InnoDB; on SQLite the byte columns are blob and the times datetime. Bodies and
+// headers are stored as bytes, never JSON: headers as storage.EncodeHeader lines. The
+// README has the DDL for each dialect.
 //
 // # Expiry
 //

@@ -134,3 +134,36 @@ func ExampleNew() {
 	}
 	_ = core.Middleware(core.Config{Store: myStore}, func(r *http.Request) string { return r.Header.Get("X-Account") })
 }
+
+// Schema is the table's DDL for the store's dialect, with the configured name: what
+// Migrate runs on a database without the table, ready for a migration tool's file.
+func ExampleStore_Schema() {
+	dir, err := os.MkdirTemp("", "gormstore-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := gorm.Open(sqlite.Open(filepath.Join(dir, "app.db")), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		log.Fatal(err)
+	}
+	store := gormstore.New(db, gormstore.WithTable("idem_keys"))
+	fmt.Print(store.Schema())
+
+	// Migrate runs the same DDL, under a deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := store.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// CREATE TABLE IF NOT EXISTS `idem_keys` (
+	//     scope text NOT NULL, idem_key text NOT NULL,
+	//     request_hash blob NOT NULL, method text NOT NULL, path text NOT NULL,
+	//     state text NOT NULL, recovery_point text NOT NULL,
+	//     locked_until datetime, lease_token blob,
+	//     response_code integer, response_headers blob, response_body blob,
+	//     created_at datetime NOT NULL, completed_at datetime,
+	//     PRIMARY KEY (scope,idem_key));
+	// CREATE INDEX IF NOT EXISTS `idem_keys_created_at_idx` ON `idem_keys` (created_at);
+}

@@ -6,20 +6,20 @@ import (
 	"strings"
 )
 
-// Migrate creates the key table and its index on created_at if they do not exist,
-// from the store's GORM model (see the package documentation for the DDL it amounts to
-// on each dialect). On an existing table it only adds missing columns: unlike a plain
-// AutoMigrate it never alters a column, so a table made by hand (from pgxstore's
-// schema.sql, say) keeps its types, defaults and checks. It is never called implicitly.
+// Migrate creates the key table and its index on created_at if they do not exist, by
+// running Schema. On an existing table it only adds missing columns (with the types
+// Schema gives them) and the index if it is missing: it never alters a column, so a table
+// made by hand (from Schema, or from pgxstore's schema.sql) keeps its types, defaults and
+// checks, and on a table made from Schema it changes nothing. Several instances may run it
+// at once. It is never called implicitly.
 func (s *Store) Migrate(ctx context.Context) error {
-	db := s.db.WithContext(ctx).Table(s.table)
-	if s.dialect == mariadb {
-		db = db.Set("gorm:table_options", "ENGINE=InnoDB")
-	}
-	m := db.Migrator()
+	db := s.db.WithContext(ctx)
+	m := db.Table(s.table).Migrator()
 	if !m.HasTable(s.table) {
-		if err := m.CreateTable(&keyRow{}); err != nil && !m.HasTable(s.table) { // another instance may have won
-			return fmt.Errorf("gormstore: migrate %s: %w", s.table, err)
+		for _, stmt := range s.statements() {
+			if err := db.Exec(stmt).Error; err != nil && !m.HasTable(s.table) { // another instance may have won
+				return fmt.Errorf("gormstore: migrate %s: %w", s.table, err)
+			}
 		}
 	} else {
 		for _, column := range modelColumns {
@@ -30,9 +30,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 			}
 		}
 	}
-	// The index on created_at, named as pgxstore names it, so that neither store adds a
-	// second one to a table the other made.
-	name := s.table[strings.LastIndexByte(s.table, '.')+1:] + "_created_at_idx"
+	name := s.indexName()
 	if m.HasIndex(s.table, name) {
 		return nil
 	}
@@ -43,7 +41,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	}
 	s.db.Dialector.QuoteTo(&q, name)
 	q.WriteString(" ON " + s.quoted + " (created_at)")
-	if err := s.db.WithContext(ctx).Exec(q.String()).Error; err != nil && !m.HasIndex(s.table, name) {
+	if err := db.Exec(q.String()).Error; err != nil && !m.HasIndex(s.table, name) {
 		return fmt.Errorf("gormstore: migrate %s: index: %w", s.table, err)
 	}
 	return nil

@@ -24,7 +24,9 @@ const (
 // padding), as keys must be.
 const maxKeyBytes = 255
 
-// keyRow is the key table as AutoMigrate creates it: one row per (scope, idem_key).
+// keyRow is the key table as GORM models it: one row per (scope, idem_key). Migrate adds
+// a column missing from an existing table from it; a new table comes from Schema, whose
+// columns TestSchemaMatchesModel holds to these.
 type keyRow struct {
 	Scope           keyText    `gorm:"column:scope;primaryKey;not null"`
 	IdemKey         keyText    `gorm:"column:idem_key;primaryKey;not null"`
