@@ -98,7 +98,7 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim, wait time.D
 	if err != nil {
 		return nil, nil, wrap(ctx, "claim: begin", err)
 	}
-	if s.dialect == postgres && c.Mode == storage.ModeAtomic && s.singleWrite {
+	if s.dialect == postgres && c.Mode == storage.ModeAtomic && s.singleWrite && s.iso == sql.LevelReadCommitted {
 		l, done, err := s.claimLocked(ctx, tx, c, wait)
 		if done || err != nil {
 			return l, nil, err

@@ -48,8 +48,11 @@ func WithLookupFirst() Option {
 // the response just before COMMIT, the request's one write to the key table. The primary
 // key stays the final arbiter: where the lock does not serialise, the twin's INSERT
 // fails, its transaction rolls back with its business writes, and Complete returns an
-// error wrapping storage.ErrTransient (503; the retry replays). MySQL/MariaDB and SQLite
-// ignore it: their claim is the key row's INSERT. Default: off.
+// error wrapping storage.ErrTransient (503; the retry replays). It runs the store's
+// transactions at READ COMMITTED unless WithIsolation names a level; at REPEATABLE READ
+// or SERIALIZABLE the claim keeps writing the key row first, because a snapshot taken
+// before the lock is granted cannot see a twin that committed in between.
+// MySQL/MariaDB and SQLite ignore it: their claim is the key row's INSERT. Default: off.
 func WithSingleWrite() Option {
 	return func(s *Store) { s.singleWrite = true }
 }

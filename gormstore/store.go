@@ -55,6 +55,9 @@ func New(db *gorm.DB, opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
+	if s.singleWrite && s.dialect == postgres && s.iso == sql.LevelDefault {
+		s.iso = sql.LevelReadCommitted // the level single-write relies on, whatever the server's default
+	}
 	if strings.TrimSpace(s.table) == "" {
 		panic("gormstore: WithTable with an empty name")
 	}

@@ -112,8 +112,11 @@ func WithLookupFirst() Option { return func(s *Store) { s.lookupFirst = true } }
 // the lock does not serialise (an engine that accepts the call and does not lock, a
 // REPEATABLE READ snapshot taken just before a twin committed), the twin's INSERT fails,
 // its transaction rolls back with its business writes, and Complete returns an error
-// wrapping storage.ErrTransient (503; the retry replays). Default: off, the started key
-// row is the claim's first write and Complete updates it.
+// wrapping storage.ErrTransient (503; the retry replays). It applies at READ COMMITTED
+// only: at REPEATABLE READ or SERIALIZABLE (WithIsolation) a snapshot taken before the
+// lock is granted cannot see a twin that committed in between, so there the claim keeps
+// writing the key row first. Default: off, the started key row is the claim's first
+// write and Complete updates it.
 func WithSingleWrite() Option { return func(s *Store) { s.claimFirst = false } }
 
 // WithSweepByPrimaryKey makes DeleteExpired delete by primary key instead of by ctid, for
@@ -148,6 +151,12 @@ func New(db DB, opts ...Option) *Store {
 	s := &Store{db: db, table: pgx.Identifier{defaultTable}, retention: DefaultRetention, iso: pgx.ReadCommitted, claimFirst: true}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.iso != pgx.ReadCommitted {
+		// A REPEATABLE READ snapshot is taken before the advisory lock is granted, so it
+		// cannot see a twin that committed in between: the twin's handler would run
+		// too. There the key row, written first, serialises twins (WithSingleWrite).
+		s.claimFirst = true
 	}
 	switch db.(type) {
 	case *pgx.Conn, pgx.Tx:
