@@ -42,10 +42,12 @@ func (d *discard) WriteHeader(int)             {}
 
 // BenchmarkMiddleware measures the engine's own cost per request: bare is the handler
 // alone, first a request with a new key, replay a retry of a completed one. The store is
-// benchStore, so the figures depend on the engine and not on a store's tuning.
+// benchStore, so the figures depend on the engine and not on a store's tuning. The
+// -hooked rows set Hooks to a no-op: what observing costs the engine (the clock reads and
+// the events), less a metrics package's own work.
 func BenchmarkMiddleware(b *testing.B) {
-	engine := func(s *benchStore) http.Handler {
-		eng, err := core.New(core.Config{Store: s})
+	engine := func(s *benchStore, hooks core.Hooks) http.Handler {
+		eng, err := core.New(core.Config{Store: s, Hooks: hooks})
 		require.NoError(b, err)
 		return eng.Middleware(func(*http.Request) string { return "acct" })(http.HandlerFunc(benchHandler))
 	}
@@ -67,24 +69,30 @@ func BenchmarkMiddleware(b *testing.B) {
 		return w.h
 	}
 	b.Run("bare", func(b *testing.B) { run(b, http.HandlerFunc(benchHandler), func(int) string { return "k" }) })
-	first := engine(&benchStore{keys: make(map[benchKey]*storage.Record), forget: true})
-	b.Run("first", func(b *testing.B) {
-		keys := make([]string, b.N) // unique across runs: every iteration is a first request
-		for i := range keys {
-			keys[i] = "first-" + strconv.FormatInt(benchKeySeq.Add(1), 10)
-		}
-		h := run(b, first, func(i int) string { return keys[i] })
-		require.Equal(b, "/v1/orders/1", h.Get("Location"), "the handler's response")
-		require.Empty(b, h.Get("Idempotent-Replayed"), "a first request is not a replay")
-	})
-	replay := engine(&benchStore{keys: make(map[benchKey]*storage.Record)})
-	b.Run("replay", func(b *testing.B) {
-		h := run(b, replay, func(int) string { return "replayed" })
-		require.Equal(b, "/v1/orders/1", h.Get("Location"), "the stored response")
-		if b.N > 1 {
-			require.Equal(b, "true", h.Get("Idempotent-Replayed"), "a retry is replayed")
-		}
-	})
+	noop := core.HookFunc(func(context.Context, core.Event) {})
+	for _, v := range []struct {
+		suffix string
+		hooks  core.Hooks
+	}{{"", nil}, {"-hooked", noop}} {
+		first := engine(&benchStore{keys: make(map[benchKey]*storage.Record), forget: true}, v.hooks)
+		b.Run("first"+v.suffix, func(b *testing.B) {
+			keys := make([]string, b.N) // unique across runs: every iteration is a first request
+			for i := range keys {
+				keys[i] = "first-" + strconv.FormatInt(benchKeySeq.Add(1), 10)
+			}
+			h := run(b, first, func(i int) string { return keys[i] })
+			require.Equal(b, "/v1/orders/1", h.Get("Location"), "the handler's response")
+			require.Empty(b, h.Get("Idempotent-Replayed"), "a first request is not a replay")
+		})
+		replay := engine(&benchStore{keys: make(map[benchKey]*storage.Record)}, v.hooks)
+		b.Run("replay"+v.suffix, func(b *testing.B) {
+			h := run(b, replay, func(int) string { return "replayed" })
+			require.Equal(b, "/v1/orders/1", h.Get("Location"), "the stored response")
+			if b.N > 1 {
+				require.Equal(b, "true", h.Get("Idempotent-Replayed"), "a retry is replayed")
+			}
+		})
+	}
 }
 
 type nopCloser struct{ *strings.Reader }
