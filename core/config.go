@@ -100,12 +100,16 @@ type Config struct {
 	// RetryAfter is sent with 409 and 503 problems. Default: 1s.
 	RetryAfter time.Duration
 
-	// Logger gets one structured line (scope, key, method, path, error) per non-happy
-	// outcome: Error for a store failure, a failed recording or an empty scope; Warn for
-	// a key reused with another request (422) and a key that could not be released; Info
-	// for an answer of 409 in progress or 503 collision; Debug for a released key (after
-	// a 5xx, a panic or a cancelled request, with the reason). The happy path logs
-	// nothing. Default: a logger that discards everything.
+	// Logger gets one structured line (scope, key, method, path, the route when the
+	// router names one, and the error) per non-happy outcome: Error for a store failure,
+	// a failed recording or an empty scope; Warn for a key reused with another request
+	// (422) and a key that could not be released; Info for an answer of 409 in progress
+	// (a lost lease included) or 503 collision, and for a takeover of an expired lease
+	// (with the recovery point it resumes from); Debug for a released key (after a 5xx, a
+	// panic, a cancelled request or an error from Do's function, with the reason). The
+	// happy path (a first request recorded, a replay) logs nothing, and neither does a
+	// request refused for a bad key or body: that is the client's error, for an access
+	// log. Default: a logger that discards everything.
 	Logger *slog.Logger
 
 	// Hooks observes every outcome. Default: nil (none).

@@ -55,8 +55,8 @@ import (
 // Hooks and the Logger see Do's outcomes as they see a request's, with empty Method and
 // Path and a Status of 0.
 func (e *Engine) Do(ctx context.Context, scope, id string, fingerprint []byte, fn func(ctx context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
-	c := storage.Claim{Scope: scope, Key: id, Fingerprint: doFingerprint(fingerprint), Mode: e.mode.storage(),
-		Lease: e.cfg.Lease, LockWait: e.cfg.LockWait, Retention: e.retention, Timeout: e.cfg.LockWait + e.cfg.StoreTimeout}
+	c := &call{start: e.now(), Claim: storage.Claim{Scope: scope, Key: id, Fingerprint: doFingerprint(fingerprint), Mode: e.mode.storage(),
+		Lease: e.cfg.Lease, LockWait: e.cfg.LockWait, Retention: e.retention, Timeout: e.cfg.LockWait + e.cfg.StoreTimeout}}
 	if scope == "" {
 		e.observe(ctx, c, OutcomeRejected, 0, ErrEmptyScope)
 		return nil, false, fmt.Errorf("idem: Do %q: %w", id, ErrEmptyScope)
@@ -88,7 +88,7 @@ func doFingerprint(fp []byte) []byte {
 }
 
 // doHeld answers a Do whose ID rec holds.
-func (e *Engine) doHeld(ctx context.Context, c storage.Claim, rec *storage.Record) ([]byte, bool, error) {
+func (e *Engine) doHeld(ctx context.Context, c *call, rec *storage.Record) ([]byte, bool, error) {
 	switch {
 	case !bytes.Equal(rec.Fingerprint, c.Fingerprint):
 		e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: message ID reused with another fingerprint; returning ErrKeyReused", e.attrs(c, ErrKeyReused)...)
@@ -102,12 +102,8 @@ func (e *Engine) doHeld(ctx context.Context, c storage.Claim, rec *storage.Recor
 }
 
 // doRun runs fn under lock and records its result.
-func (e *Engine) doRun(ctx context.Context, c storage.Claim, lock storage.Lock, fn func(context.Context) ([]byte, error)) ([]byte, error) {
-	outcome := OutcomeClaimed
-	if lock.TakenOver() {
-		outcome = OutcomeTookOver
-	}
-	e.observe(ctx, c, outcome, 0, nil)
+func (e *Engine) doRun(ctx context.Context, c *call, lock storage.Lock, fn func(context.Context) ([]byte, error)) ([]byte, error) {
+	e.observe(ctx, c, e.started(ctx, c, lock), 0, nil)
 
 	rn := newRun(ctx, c.Scope, c.Key, lock, nil)
 	var (
@@ -118,19 +114,19 @@ func (e *Engine) doRun(ctx context.Context, c storage.Claim, lock storage.Lock, 
 
 	rctx := context.WithoutCancel(ctx) // fn is done: recording must not be cut short
 	if err := interrupted(ctx, &rn.op); err != nil {
-		e.release(rctx, c, lock, err)
 		if errors.Is(err, ErrLeaseLost) {
-			return nil, e.doInProgress(ctx, c, err)
+			return nil, e.doInProgress(ctx, c, withRelease(err, e.release(rctx, c, lock)))
 		}
+		e.observe(ctx, c, OutcomeRolledBack, 0, e.rolledBack(rctx, c, lock, err))
 		return nil, fmt.Errorf("idem: Do %q: cancelled before it finished; nothing was recorded: %w", c.Key, err)
 	}
 	if ferr != nil {
-		e.release(rctx, c, lock, ferr)
+		e.observe(ctx, c, OutcomeRolledBack, 0, e.rolledBack(rctx, c, lock, ferr))
 		return nil, fmt.Errorf("idem: Do %q: %w", c.Key, ferr)
 	}
 	if len(result) > e.cfg.MaxResponseBody {
 		err := fmt.Errorf("idem: Do %q: the result of %d bytes is over MaxResponseBody (%d); nothing was recorded", c.Key, len(result), e.cfg.MaxResponseBody)
-		e.release(rctx, c, lock, err)
+		e.observe(ctx, c, OutcomeRolledBack, 0, e.rolledBack(rctx, c, lock, err))
 		return nil, err
 	}
 	if err := e.complete(rctx, c, lock, &storage.Response{Status: http.StatusOK, Body: result}); err != nil {
@@ -147,7 +143,7 @@ func (e *Engine) doRun(ctx context.Context, c storage.Claim, lock storage.Lock, 
 
 // doInProgress reports an ID another worker holds. err wraps ErrInProgress or
 // ErrLeaseLost; the error returned wraps ErrInProgress either way.
-func (e *Engine) doInProgress(ctx context.Context, c storage.Claim, err error) error {
+func (e *Engine) doInProgress(ctx context.Context, c *call, err error) error {
 	e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "idem: message ID in progress; returning ErrInProgress", e.attrs(c, err)...)
 	e.observe(ctx, c, OutcomeConflict, 0, err)
 	if errors.Is(err, ErrInProgress) {
@@ -157,7 +153,7 @@ func (e *Engine) doInProgress(ctx context.Context, c storage.Claim, err error) e
 }
 
 // doStoreFailed reports a claim the store could not make.
-func (e *Engine) doStoreFailed(ctx context.Context, c storage.Claim, err error) error {
+func (e *Engine) doStoreFailed(ctx context.Context, c *call, err error) error {
 	switch {
 	case errors.Is(err, ErrInProgress):
 		return e.doInProgress(ctx, c, err)

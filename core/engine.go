@@ -72,6 +72,7 @@ func (e *Engine) Handle(w http.ResponseWriter, r *http.Request, scope func() str
 		next(nil, r)
 		return true
 	}
+	c := &call{start: e.now(), route: r.Pattern, Claim: storage.Claim{Method: r.Method, Path: r.URL.Path}}
 	var body *bytes.Buffer
 	if e.cfg.Key.readsBody() {
 		// The key is in the body: read it first, once and bounded, as the fingerprint would.
@@ -79,13 +80,13 @@ func (e *Engine) Handle(w http.ResponseWriter, r *http.Request, scope func() str
 		body, err = e.readBody(r)
 		defer putBody(body)
 		if err != nil {
-			e.reject(w, r, "", e.bodyProblem(err))
+			e.reject(w, r, c, e.bodyProblem(err))
 			return false
 		}
 	}
 	key, present, err := e.findKey(r, body)
 	if err != nil {
-		e.reject(w, r, "", e.newProblem(ProblemKeyInvalid, fmt.Sprintf("The %s is malformed: %v.", e.cfg.Key.what(e.cfg.HeaderName), unwrapDetail(err)), err))
+		e.reject(w, r, c, e.newProblem(ProblemKeyInvalid, fmt.Sprintf("The %s is malformed: %v.", e.cfg.Key.what(e.cfg.HeaderName), unwrapDetail(err)), err))
 		return false
 	}
 	if !present {
@@ -96,14 +97,15 @@ func (e *Engine) Handle(w http.ResponseWriter, r *http.Request, scope func() str
 			next(nil, r)
 			return true
 		}
-		e.reject(w, r, "", e.newProblem(ProblemKeyMissing, fmt.Sprintf("%s %s requires %s.", r.Method, r.URL.Path, e.cfg.Key.where(e.cfg.HeaderName)), ErrKeyMissing))
+		e.reject(w, r, c, e.newProblem(ProblemKeyMissing, fmt.Sprintf("%s %s requires %s.", r.Method, r.URL.Path, e.cfg.Key.where(e.cfg.HeaderName)), ErrKeyMissing))
 		return false
 	}
+	c.Key = key
 	sc := scope()
 	if sc == "" {
 		e.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idem: the scope function returned an empty scope; refusing the request (is the idempotency middleware mounted before authentication?)",
-			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("key", key))
-		e.reject(w, r, key, e.newProblem(ProblemMisconfigured, "The server could not tell which caller this request belongs to, so it did not run it. This is a server misconfiguration, not a client error.", ErrEmptyScope))
+			e.attrs(c, ErrEmptyScope)...)
+		e.reject(w, r, c, e.newProblem(ProblemMisconfigured, "The server could not tell which caller this request belongs to, so it did not run it. This is a server misconfiguration, not a client error.", ErrEmptyScope))
 		return false
 	}
 
@@ -111,17 +113,17 @@ func (e *Engine) Handle(w http.ResponseWriter, r *http.Request, scope func() str
 		body, err = e.readBody(r)
 		defer putBody(body)
 		if err != nil {
-			e.reject(w, r, key, e.bodyProblem(err))
+			e.reject(w, r, c, e.bodyProblem(err))
 			return false
 		}
 	}
 	fp, err := e.cfg.Fingerprint(r, body.Bytes())
 	if err != nil {
-		e.reject(w, r, key, e.newProblem(ProblemBodyUnreadable, "The request could not be fingerprinted.", err))
+		e.reject(w, r, c, e.newProblem(ProblemBodyUnreadable, "The request could not be fingerprinted.", err))
 		return false
 	}
 
-	c := storage.Claim{Scope: sc, Key: key, Fingerprint: fp, Method: r.Method, Path: r.URL.Path,
+	c.Claim = storage.Claim{Scope: sc, Key: key, Fingerprint: fp, Method: r.Method, Path: r.URL.Path,
 		Mode: e.mode.storage(), Lease: e.cfg.Lease, LockWait: e.cfg.LockWait, Retention: e.retention, Timeout: e.cfg.LockWait + e.cfg.StoreTimeout}
 	lock, rec, err := e.claim(r.Context(), c)
 	switch {
@@ -156,12 +158,43 @@ func (e *Engine) applies(r *http.Request) bool {
 	return false
 }
 
+// call is one keyed request or Do as the engine handles it: the claim it makes and what
+// its events report. The timings are read only when Hooks is set (start is zero
+// otherwise): one wall-clock read at the entry, monotonic offsets from it after.
+type call struct {
+	storage.Claim
+	route    string        // http.Request.Pattern
+	start    time.Time     // the engine's entry
+	claim    time.Duration // in Store.Claim
+	complete time.Duration // in Lock.Complete
+	release  time.Duration // in Lock.Release
+}
+
+// now is the start of a call: the zero time, and no clock read, when nothing observes.
+func (e *Engine) now() time.Time {
+	if e.cfg.Hooks == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// since is the time since c's start, 0 when its start was not read. time.Since reads
+// only the monotonic clock.
+func (c *call) since() time.Duration {
+	if c.start.IsZero() {
+		return 0
+	}
+	return time.Since(c.start)
+}
+
 // claim asks the store, waiting up to LeaseWait for a live phased lease with the same
 // fingerprint to finish.
-func (e *Engine) claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
+func (e *Engine) claim(ctx context.Context, c *call) (storage.Lock, *storage.Record, error) {
 	var deadline time.Time
 	for {
-		lock, rec, err := e.cfg.Store.Claim(ctx, c)
+		began := c.since()
+		lock, rec, err := e.cfg.Store.Claim(ctx, c.Claim)
+		c.claim += c.since() - began
 		if err != nil || rec == nil || rec.State != storage.StateStarted || e.cfg.LeaseWait <= 0 || !bytes.Equal(rec.Fingerprint, c.Fingerprint) {
 			return lock, rec, err
 		}
@@ -183,7 +216,7 @@ func (e *Engine) claim(ctx context.Context, c storage.Claim) (storage.Lock, *sto
 }
 
 // answer responds to a request whose key is held by rec.
-func (e *Engine) answer(w http.ResponseWriter, r *http.Request, c storage.Claim, rec *storage.Record) {
+func (e *Engine) answer(w http.ResponseWriter, r *http.Request, c *call, rec *storage.Record) {
 	switch {
 	case !bytes.Equal(rec.Fingerprint, c.Fingerprint):
 		e.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idem: key reused with a different request; answering 422", e.attrs(c, ErrKeyReused)...)
@@ -205,7 +238,7 @@ const (
 
 var replayedValue = []string{"true"}
 
-func (e *Engine) replayResponse(w http.ResponseWriter, r *http.Request, c storage.Claim, resp *storage.Response) {
+func (e *Engine) replayResponse(w http.ResponseWriter, r *http.Request, c *call, resp *storage.Response) {
 	if n, omitted := resp.Header[omittedHeader]; omitted {
 		h := w.Header()
 		for k, v := range resp.Header {
@@ -229,12 +262,8 @@ func (e *Engine) replayResponse(w http.ResponseWriter, r *http.Request, c storag
 
 // execute runs the handler under lock and records its outcome before anything reaches
 // the client.
-func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c storage.Claim, lock storage.Lock, body []byte, next func(*Buffer, *http.Request)) {
-	outcome := OutcomeClaimed
-	if lock.TakenOver() {
-		outcome = OutcomeTookOver
-	}
-	e.observe(r.Context(), c, outcome, 0, nil)
+func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c *call, lock storage.Lock, body []byte, next func(*Buffer, *http.Request)) {
+	e.observe(r.Context(), c, e.started(r.Context(), c, lock), 0, nil)
 
 	rn := newRun(r.Context(), c.Scope, c.Key, lock, body)
 	op := &rn.op
@@ -251,19 +280,19 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c storage.Claim
 	// Release itself (Claim.Timeout), so no timer is paid here on stores that never block.
 	rctx := context.WithoutCancel(r.Context())
 	if err := interrupted(r.Context(), op); err != nil {
-		e.release(rctx, c, lock, err)
 		if errors.Is(err, ErrLeaseLost) {
-			e.inProgress(w, r, c, err)
+			e.inProgress(w, r, c, withRelease(err, e.release(rctx, c, lock)))
 			return
 		}
-		e.cfg.Problem(w, r, e.newProblem(ProblemNotRecorded,
-			"The request was cancelled before it finished; nothing was recorded, so it may be retried with the same key.", err))
+		e.problem(w, r, c, OutcomeRolledBack, e.newProblem(ProblemNotRecorded,
+			"The request was cancelled before it finished; nothing was recorded, so it may be retried with the same key.", e.rolledBack(rctx, c, lock, err)))
 		return
 	}
 	status := buf.Status()
 	if !e.cfg.Storable(status) {
-		e.release(rctx, c, lock, fmt.Errorf("idem: status %d is not storable", status))
+		err := e.rolledBack(rctx, c, lock, fmt.Errorf("idem: status %d is not storable", status))
 		writeBuffer(w, buf)
+		e.observe(r.Context(), c, OutcomeRolledBack, status, err)
 		return
 	}
 	resp := e.recordable(buf)
@@ -286,12 +315,24 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c storage.Claim
 // The steps below run every claimed operation, an HTTP request's (execute) or a
 // function's (Do).
 
+// started reports the claim of c's key, which a takeover also logs, at Info: an
+// earlier attempt crashed or outlived its lease.
+func (e *Engine) started(ctx context.Context, c *call, lock storage.Lock) Outcome {
+	if !lock.TakenOver() {
+		return OutcomeClaimed
+	}
+	e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "idem: took over a key whose lease expired; its operation runs again from its recovery point",
+		append(e.attrs(c, nil), slog.String("recovery_point", lock.RecoveryPoint()))...)
+	return OutcomeTookOver
+}
+
 // guard runs f, the operation's work under lock; on a panic it releases the key, then
 // re-raises the panic (so a framework's recovery still answers).
-func (e *Engine) guard(ctx context.Context, c storage.Claim, lock storage.Lock, f func()) {
+func (e *Engine) guard(ctx context.Context, c *call, lock storage.Lock, f func()) {
 	defer func() {
 		if p := recover(); p != nil {
-			e.release(context.WithoutCancel(ctx), c, lock, fmt.Errorf("idem: panicked: %v", p))
+			err := e.rolledBack(context.WithoutCancel(ctx), c, lock, fmt.Errorf("idem: panicked: %v", p))
+			e.observe(ctx, c, OutcomeRolledBack, 0, err)
 			panic(p)
 		}
 	}()
@@ -313,24 +354,44 @@ func interrupted(ctx context.Context, op *Operation) error {
 
 // complete records resp as c's outcome. When that fails it releases the key, so a retry
 // runs again (in atomic mode nothing committed), and returns the store's error, which
-// wraps ErrLeaseLost when another worker took the key over.
-func (e *Engine) complete(ctx context.Context, c storage.Claim, lock storage.Lock, resp *storage.Response) error {
+// wraps ErrLeaseLost when another worker took the key over (and a failed release's).
+func (e *Engine) complete(ctx context.Context, c *call, lock storage.Lock, resp *storage.Response) error {
+	began := c.since()
 	err := lock.Complete(ctx, resp)
+	c.complete = c.since() - began
 	if err != nil {
-		e.release(ctx, c, lock, err)
+		return withRelease(err, e.release(ctx, c, lock))
 	}
+	return nil
+}
+
+// release gives the key up, so that a retry runs again, and returns the store's error.
+// The caller reports it, in the one log line and the one final event of the operation.
+func (e *Engine) release(ctx context.Context, c *call, lock storage.Lock) error {
+	began := c.since()
+	err := lock.Release(ctx)
+	c.release = c.since() - began
 	return err
 }
 
-// release gives the key up after cause, logging and observing it.
-func (e *Engine) release(ctx context.Context, c storage.Claim, lock storage.Lock, cause error) {
-	err := lock.Release(ctx)
-	if err != nil {
+// rolledBack releases the key of an outcome that is not recorded, for cause, and logs it
+// in one line: Debug, as a retry simply runs again, or Warn when the key could not be
+// released. It returns the error for the OutcomeRolledBack event.
+func (e *Engine) rolledBack(ctx context.Context, c *call, lock storage.Lock, cause error) error {
+	if err := e.release(ctx, c, lock); err != nil {
 		e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: releasing the key failed", append(e.attrs(c, err), slog.Any("cause", cause))...)
-	} else {
-		e.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "idem: released the key; a retry runs again", e.attrs(c, cause)...)
+		return withRelease(cause, err)
 	}
-	e.observe(ctx, c, OutcomeRolledBack, 0, errors.Join(cause, err))
+	e.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "idem: released the key; a retry runs again", e.attrs(c, cause)...)
+	return cause
+}
+
+// withRelease adds a failed release to err.
+func withRelease(err, releaseErr error) error {
+	if releaseErr == nil {
+		return err
+	}
+	return errors.Join(err, fmt.Errorf("idem: releasing the key: %w", releaseErr))
 }
 
 var responsePool = sync.Pool{New: func() any { return &storage.Response{Header: make(http.Header, 4)} }}
@@ -369,7 +430,7 @@ func writeBuffer(w http.ResponseWriter, buf *Buffer) {
 	_, _ = w.Write(buf.Bytes())
 }
 
-func (e *Engine) storeFailed(w http.ResponseWriter, r *http.Request, c storage.Claim, err error) {
+func (e *Engine) storeFailed(w http.ResponseWriter, r *http.Request, c *call, err error) {
 	switch {
 	case errors.Is(err, ErrInProgress):
 		e.inProgress(w, r, c, err)
@@ -384,31 +445,40 @@ func (e *Engine) storeFailed(w http.ResponseWriter, r *http.Request, c storage.C
 	}
 }
 
-func (e *Engine) inProgress(w http.ResponseWriter, r *http.Request, c storage.Claim, err error) {
+func (e *Engine) inProgress(w http.ResponseWriter, r *http.Request, c *call, err error) {
 	e.cfg.Logger.LogAttrs(r.Context(), slog.LevelInfo, "idem: key in progress; answering 409", e.attrs(c, err)...)
 	e.problem(w, r, c, OutcomeConflict, e.newProblem(ProblemInProgress,
 		fmt.Sprintf("A request with this %s is still being processed. Retry later with the same key to get its response.", e.cfg.Key.noun(e.cfg.HeaderName)), err))
 }
 
-// attrs are the fields of every log line about c.
-func (e *Engine) attrs(c storage.Claim, err error) []slog.Attr {
-	return []slog.Attr{slog.String("scope", c.Scope), slog.String("key", c.Key), slog.String("method", c.Method), slog.String("path", c.Path), slog.Any("error", err)}
+// attrs are the fields of every log line about c: scope, key, method, path, the route
+// when the router names one, and err unless nil.
+func (e *Engine) attrs(c *call, err error) []slog.Attr {
+	a := append(make([]slog.Attr, 0, 7), slog.String("scope", c.Scope), slog.String("key", c.Key), slog.String("method", c.Method), slog.String("path", c.Path))
+	if c.route != "" {
+		a = append(a, slog.String("route", c.route))
+	}
+	if err != nil {
+		a = append(a, slog.Any("error", err))
+	}
+	return a
 }
 
-func (e *Engine) reject(w http.ResponseWriter, r *http.Request, key string, p *Problem) {
-	e.problem(w, r, storage.Claim{Key: key, Method: r.Method, Path: r.URL.Path}, OutcomeRejected, p)
+func (e *Engine) reject(w http.ResponseWriter, r *http.Request, c *call, p *Problem) {
+	e.problem(w, r, c, OutcomeRejected, p)
 }
 
-func (e *Engine) problem(w http.ResponseWriter, r *http.Request, c storage.Claim, outcome Outcome, p *Problem) {
+func (e *Engine) problem(w http.ResponseWriter, r *http.Request, c *call, outcome Outcome, p *Problem) {
 	e.cfg.Problem(w, r, p)
 	e.observe(r.Context(), c, outcome, p.Status, p.Err)
 }
 
-func (e *Engine) observe(ctx context.Context, c storage.Claim, outcome Outcome, status int, err error) {
+func (e *Engine) observe(ctx context.Context, c *call, outcome Outcome, status int, err error) {
 	if e.cfg.Hooks == nil {
 		return
 	}
-	e.cfg.Hooks.Observe(ctx, Event{Outcome: outcome, Scope: c.Scope, Key: c.Key, Method: c.Method, Path: c.Path, Status: status, Err: err})
+	e.cfg.Hooks.Observe(ctx, Event{Outcome: outcome, Scope: c.Scope, Key: c.Key, Method: c.Method, Path: c.Path, Route: c.route, Status: status, Err: err,
+		Elapsed: c.since(), StoreClaim: c.claim, StoreComplete: c.complete, StoreRelease: c.release})
 }
 
 func (e *Engine) bodyProblem(err error) *Problem {
