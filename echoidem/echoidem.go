@@ -66,6 +66,9 @@ func (cfg Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 			if skip != nil && skip(c) {
 				return next(c)
 			}
+			if route := c.Path(); route != "" {
+				c.Request().Pattern = route // as ServeMux does: core.Event.Route and log lines name the route
+			}
 			var err error
 			eng.Handle(c.Response(), c.Request(), func() string { return scope(c) }, func(held *core.Buffer, r *http.Request) {
 				if held == nil {

@@ -45,6 +45,10 @@
 // Mount exactly one idempotency middleware in front of each route: a group's and a
 // route's in a row would both claim the key.
 //
+// The middleware sets c.Request.Pattern to c.FullPath(), as net/http's ServeMux sets
+// its pattern, so that core.Event.Route, and the metrics and log lines built on it, name
+// the route ("/orders/:id") rather than a path holding identifiers.
+//
 // # Scope
 //
 // Scope is required: keys live per scope, so a multi-tenant API must return the caller's

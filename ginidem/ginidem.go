@@ -59,6 +59,9 @@ func (cfg Config) ToMiddleware() (gin.HandlerFunc, error) {
 			c.Next()
 			return
 		}
+		if route := c.FullPath(); route != "" {
+			c.Request.Pattern = route // as ServeMux does: core.Event.Route and log lines name the route
+		}
 		ran := eng.Handle(c.Writer, c.Request, func() string { return scope(c) }, func(held *core.Buffer, r *http.Request) {
 			if held == nil {
 				c.Next() // not keyed: the chain runs as usual
