@@ -26,6 +26,11 @@ const (
 	OutcomeStoreError Outcome = "store_error" // the store failed (503): before the handler, or recording its outcome (the key is then released)
 )
 
+// Final reports whether o ends the engine's work on a request: every outcome but Claimed
+// and TookOver, which mark the handler's start. A final event carries the request's
+// store times and its whole Elapsed; count requests, and time them, by final events.
+func (o Outcome) Final() bool { return o != OutcomeClaimed && o != OutcomeTookOver }
+
 // Event describes one outcome. Its durations are measured only when Hooks is set, with
 // one wall-clock read per request and monotonic readings after it.
 type Event struct {

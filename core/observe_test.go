@@ -303,3 +303,13 @@ func TestJoinHooksCallsEach(t *testing.T) {
 	assert.Len(t, b.take(), 2)
 	assert.Nil(t, core.JoinHooks(nil, nil))
 }
+
+func TestOnlyTheHandlersStartIsNotFinal(t *testing.T) {
+	t.Parallel()
+	for _, o := range []core.Outcome{core.OutcomeReplayed, core.OutcomeConflict, core.OutcomeMismatch, core.OutcomeCompleted,
+		core.OutcomeRolledBack, core.OutcomeRejected, core.OutcomeStoreError} {
+		assert.True(t, o.Final(), o)
+	}
+	assert.False(t, core.OutcomeClaimed.Final())
+	assert.False(t, core.OutcomeTookOver.Final())
+}
