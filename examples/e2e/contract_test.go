@@ -45,6 +45,7 @@ func TestExamples(t *testing.T) {
 			{"Payments", testPayments},
 			{"GetIgnoresKey", testGetIgnoresKey},
 			{"Webhooks", testWebhooks},
+			{"Metrics", testMetrics},
 		} {
 			if !t.Run(c.name, func(t *testing.T) { c.f(t, s) }) {
 				break

@@ -22,6 +22,7 @@ type App struct {
 	log      *slog.Logger
 	be       *backend
 	provider *provider
+	obs      *observer // /metrics and the access log
 	// crash ends the process after a phase committed (-crash-after).
 	crash func(phase string)
 }
@@ -32,6 +33,10 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	obs, err := newObserver(log)
+	if err != nil {
+		return nil, err
+	}
 	be, err := openBackend(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -40,7 +45,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		be.close()
 		return nil, err
 	}
-	a := &App{cfg: cfg, log: log, be: be, provider: &provider{be: be}}
+	a := &App{cfg: cfg, log: log, be: be, provider: &provider{be: be}, obs: obs}
 	a.crash = func(phase string) {
 		log.Warn("crash injected: exiting with status 3 after phase " + phase + " committed")
 		os.Exit(3)
@@ -82,13 +87,13 @@ func (a *App) idem() core.Config {
 		Lease:       a.cfg.Lease,
 		Logger:      a.log,
 		Fingerprint: jsonFingerprint,
-		Hooks: core.HookFunc(func(ctx context.Context, ev core.Event) {
+		Hooks: core.JoinHooks(a.obs.hooks, core.HookFunc(func(ctx context.Context, ev core.Event) {
 			if a.log.Enabled(ctx, slog.LevelDebug) {
 				a.log.LogAttrs(ctx, slog.LevelDebug, "idem: "+string(ev.Outcome), slog.String("account", ev.Scope),
 					slog.String("key", ev.Key), slog.String("route", ev.Method+" "+ev.Path), slog.Int("status", ev.Status),
 					slog.Any("error", ev.Err))
 			}
-		}),
+		})),
 	}
 }
 

@@ -63,7 +63,7 @@ func run(name string, args []string, getenv func(string) string, stderr io.Write
 		return 1
 	}
 	srv := &http.Server{
-		Handler:           router(app),
+		Handler:           app.obs.handler(router(app)), // GET /metrics, and an access line per request
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
