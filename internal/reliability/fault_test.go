@@ -251,7 +251,15 @@ type trialApp struct {
 	orderOf func(id int64, key string) bool
 	// duplicateKeys counts keys with more than one order; completedKeys the completed keys.
 	duplicateKeys, completedKeys func() int
-	reset                        func() // clears the handler's hooks
+	reset                        func()        // clears the handler's hooks
+	log                          func() string // the engine's last log lines, if kept
+}
+
+func (app trialApp) logLines() string {
+	if app.log == nil {
+		return "(not kept)"
+	}
+	return app.log()
 }
 
 // runFaultTrials cuts the network at each of app's moments in turn (trials trials), then
@@ -289,7 +297,7 @@ func runFaultTrials(t *testing.T, app trialApp, trials int) tally {
 		replies := append([]reply{first}, app.ep.retryUntilDone(scope, key, "", body, 30)...)
 		last := replies[len(replies)-1]
 		if last.err != nil || last.status != http.StatusCreated {
-			t.Fatalf("trial %d (%s): the retries never got a 201: %v", i, c.name, replies)
+			t.Fatalf("trial %d (%s): the retries never got a 201: %v\nthe engine's last log lines:\n%s", i, c.name, replies, app.logLines())
 		}
 		if last.replayed() {
 			tl.replays++

@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -174,6 +177,7 @@ type gormApp struct {
 
 	calls atomic.Int64 // handler runs
 	hooks atomic.Pointer[hooks]
+	log   *logRing // the engine's log lines, unless the config brought a logger
 	// business, when set, runs after the order's INSERT in the request's transaction; a
 	// non-nil error is answered as the application answers database errors.
 	business atomic.Pointer[func(ctx context.Context, tx *gorm.DB, r *http.Request) error]
@@ -200,6 +204,10 @@ func newGormApp(t *testing.T, d *gormDB, ac gormAppConfig) *gormApp {
 	a.store = gormstore.New(a.gdb, ac.opts...)
 	cfg := ac.cfg
 	cfg.Store = a.store
+	if cfg.Logger == nil {
+		a.log = &logRing{}
+		cfg.Logger = slog.New(a.log)
+	}
 	eng, err := core.New(cfg)
 	require.NoError(t, err, "core.New")
 	a.eng = eng
@@ -290,4 +298,60 @@ func (a *gormApp) trialApp() trialApp {
 		},
 		completedKeys: func() int { return d.count(`SELECT count(*) FROM idempotency_keys WHERE state = 'completed'`) },
 	}
+}
+
+// keyState reads a key's state; ok is false when the table has no such key.
+func (d *gormDB) keyState(scope, key string) (state string, ok bool) {
+	d.t.Helper()
+	var states []string
+	require.NoError(d.t, d.check.Raw(`SELECT state FROM idempotency_keys WHERE scope = ? AND idem_key = ?`, scope, key).Scan(&states).Error)
+	if len(states) == 0 {
+		return "", false
+	}
+	return states[0], true
+}
+
+// isolation is the MariaDB session's default isolation level.
+func (d *gormDB) isolation() string {
+	d.t.Helper()
+	var level string
+	require.NoError(d.t, d.check.Raw(`SELECT @@SESSION.tx_isolation`).Scan(&level).Error)
+	return level
+}
+
+// logRing is a slog.Handler keeping the last lines the engine logged (one per non-happy
+// outcome, with the store's error), for a failing test to show.
+type logRing struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+const logRingSize = 20
+
+func (l *logRing) Enabled(context.Context, slog.Level) bool { return true }
+
+func (l *logRing) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Time.Format("15:04:05.000 ") + r.Message)
+	r.Attrs(func(a slog.Attr) bool { b.WriteString(" " + a.String()); return true })
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, b.String())
+	if len(l.lines) > logRingSize {
+		l.lines = l.lines[len(l.lines)-logRingSize:]
+	}
+	return nil
+}
+
+func (l *logRing) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRing) WithGroup(string) slog.Handler      { return l }
+
+// String is the lines kept, oldest first ("" for a nil ring).
+func (l *logRing) String() string {
+	if l == nil {
+		return ""
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
 }
