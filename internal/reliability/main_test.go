@@ -30,6 +30,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(sqliteChildEnv) != "" {
+		os.Exit(runSQLiteChild()) // the SQLite kill trials' child server, not the tests
+	}
 	code := m.Run()
 	if code == 0 {
 		if err := findLeaks(); err != nil {
@@ -308,7 +311,8 @@ func newInstance(t *testing.T, d *db, ic instanceConfig) *instance {
 
 // endpoint is an application's HTTP server and a client for it, closed at cleanup.
 type endpoint struct {
-	srv    *httptest.Server
+	srv    *httptest.Server // nil for a server in another process
+	url    string
 	client *http.Client
 }
 
@@ -316,6 +320,7 @@ func newEndpoint(t *testing.T, h http.Handler) *endpoint {
 	t.Helper()
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	e := &endpoint{srv: httptest.NewServer(h), client: &http.Client{Transport: tr, Timeout: 60 * time.Second}}
+	e.url = e.srv.URL
 	t.Cleanup(func() {
 		e.srv.Close()
 		tr.CloseIdleConnections()
@@ -450,9 +455,17 @@ func (in *endpoint) post(scope, key, query, body string) reply {
 }
 
 func (in *endpoint) send(method, target, scope, key, body string) reply {
-	req, err := http.NewRequest(method, in.srv.URL+target, strings.NewReader(body))
+	return in.sendHeader(method, target, scope, key, body, nil)
+}
+
+// sendHeader is send with extra request headers.
+func (in *endpoint) sendHeader(method, target, scope, key, body string, h http.Header) reply {
+	req, err := http.NewRequest(method, in.url+target, strings.NewReader(body))
 	if err != nil {
 		return reply{err: err}
+	}
+	for k, v := range h {
+		req.Header[k] = v
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Account", scope)
