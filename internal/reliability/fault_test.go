@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/gormstore"
 	"github.com/idemkit/idem/internal/reliability"
 )
 
@@ -407,17 +408,30 @@ func TestFaultTrials(t *testing.T) {
 	}, trials)
 }
 
-// TestGormFaultTrials runs the fault trials on gormstore, between it and PostgreSQL and
-// between it and MariaDB, with the cuts placed on the wire (wireCuts): IDEM_FAULT_TRIALS
-// trials per database (default 100).
+// TestGormFaultTrials runs the fault trials on gormstore, between it and PostgreSQL (the
+// default claim, and WithSingleWrite's advisory lock with the key row written at the end)
+// and between it and MariaDB, with the cuts placed on the wire (wireCuts):
+// IDEM_FAULT_TRIALS trials each (default 100).
 func TestGormFaultTrials(t *testing.T) {
 	t.Parallel()
 	trials := envInt(t, "IDEM_FAULT_TRIALS", 100)
-	for _, dialect := range []gormDialect{onPostgres, onMariaDB} {
-		t.Run(dialect.String(), func(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		dialect gormDialect
+		opts    []gormstore.Option
+	}{
+		{"PostgreSQL", onPostgres, nil},
+		{"PostgreSQL, single write", onPostgres, []gormstore.Option{gormstore.WithSingleWrite()}},
+		{"MariaDB", onMariaDB, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			a := newGormApp(t, newGormDB(t, dialect), gormAppConfig{poolSize: 2})
-			runFaultTrials(t, a.trialApp(), trials)
+			a := newGormApp(t, newGormDB(t, tc.dialect), gormAppConfig{poolSize: 2, opts: tc.opts})
+			app := a.trialApp()
+			if tc.opts != nil {
+				app.name += " (WithSingleWrite)"
+			}
+			runFaultTrials(t, app, trials)
 		})
 	}
 }
