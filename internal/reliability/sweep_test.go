@@ -154,7 +154,8 @@ func TestSweeperUnderLoad(t *testing.T) {
 			var mu sync.Mutex
 			var lat [3][]time.Duration
 			var acks []acked
-			statuses := map[int]int{}
+			statuses := map[int]int{}            // final answers
+			firsts := [3]map[int]int{{}, {}, {}} // first answers, by phase
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
 			for c := range clients {
@@ -173,6 +174,7 @@ func TestSweeperUnderLoad(t *testing.T) {
 						began := time.Now()
 						r := st.ep.post(scope, key, "", body)
 						took := time.Since(began)
+						first := r.status
 						if r.err == nil && (r.status == http.StatusConflict || r.status >= 500) {
 							if rs := st.ep.retryUntilDone(scope, key, "", body, 30); len(rs) > 0 {
 								r = rs[len(rs)-1]
@@ -180,6 +182,7 @@ func TestSweeperUnderLoad(t *testing.T) {
 						}
 						mu.Lock()
 						lat[p] = append(lat[p], took)
+						firsts[p][first]++
 						statuses[r.status]++
 						if r.err == nil && r.status == http.StatusCreated {
 							acks = append(acks, acked{scope, key, body, r})
@@ -250,9 +253,11 @@ func TestSweeperUnderLoad(t *testing.T) {
 				ratio = float64(s) / float64(b)
 			}
 			t.Logf("%s: swept %d expired keys in %v (batches of %d), kept %d in retention; %d acknowledged keys all replay; "+
-				"request p99 without the sweep %v (%d requests), during it %v (%d requests): %.2f× (target ≤ 2×); statuses %v",
+				"request p99 without the sweep %v (%d requests, first answers %v), during it %v (%d requests, first answers %v): "+
+				"%.2f× (target ≤ 2×); final answers %v",
 				name, deleted, took.Round(time.Millisecond), batch, kept, len(acks),
-				b.Round(10*time.Microsecond), len(lat[baseline]), s.Round(10*time.Microsecond), len(lat[sweeping]), ratio, statuses)
+				b.Round(10*time.Microsecond), len(lat[baseline]), firsts[baseline], s.Round(10*time.Microsecond), len(lat[sweeping]),
+				firsts[sweeping], ratio, statuses)
 		})
 	}
 }
