@@ -30,6 +30,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(sqliteChildEnv) != "" {
+		os.Exit(runSQLiteChild()) // the SQLite kill trials' child server, not the tests
+	}
 	code := m.Run()
 	if code == 0 {
 		if err := findLeaks(); err != nil {
@@ -250,8 +253,7 @@ type instance struct {
 	store  *pgxstore.Store
 	eng    *core.Engine
 	tracer *faultTracer
-	srv    *httptest.Server
-	client *http.Client
+	*endpoint
 
 	calls atomic.Int64 // handler runs
 	hooks atomic.Pointer[hooks]
@@ -303,14 +305,27 @@ func newInstance(t *testing.T, d *db, ic instanceConfig) *instance {
 			inner.ServeHTTP(w, r.WithContext(ctx))
 		})
 	}
-	in.srv = httptest.NewServer(h)
+	in.endpoint = newEndpoint(t, h)
+	return in
+}
+
+// endpoint is an application's HTTP server and a client for it, closed at cleanup.
+type endpoint struct {
+	srv    *httptest.Server // nil for a server in another process
+	url    string
+	client *http.Client
+}
+
+func newEndpoint(t *testing.T, h http.Handler) *endpoint {
+	t.Helper()
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
-	in.client = &http.Client{Transport: tr, Timeout: 60 * time.Second}
+	e := &endpoint{srv: httptest.NewServer(h), client: &http.Client{Transport: tr, Timeout: 60 * time.Second}}
+	e.url = e.srv.URL
 	t.Cleanup(func() {
-		in.srv.Close()
+		e.srv.Close()
 		tr.CloseIdleConnections()
 	})
-	return in
+	return e
 }
 
 // serverAddr is the host:port of the test server.
@@ -435,14 +450,22 @@ func (r reply) String() string {
 }
 
 // post sends POST /orders?query with the key (omitted when empty) and scope.
-func (in *instance) post(scope, key, query, body string) reply {
+func (in *endpoint) post(scope, key, query, body string) reply {
 	return in.send(http.MethodPost, "/orders?"+query, scope, key, body)
 }
 
-func (in *instance) send(method, target, scope, key, body string) reply {
-	req, err := http.NewRequest(method, in.srv.URL+target, strings.NewReader(body))
+func (in *endpoint) send(method, target, scope, key, body string) reply {
+	return in.sendHeader(method, target, scope, key, body, nil)
+}
+
+// sendHeader is send with extra request headers.
+func (in *endpoint) sendHeader(method, target, scope, key, body string, h http.Header) reply {
+	req, err := http.NewRequest(method, in.url+target, strings.NewReader(body))
 	if err != nil {
 		return reply{err: err}
+	}
+	for k, v := range h {
+		req.Header[k] = v
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Account", scope)
@@ -452,7 +475,7 @@ func (in *instance) send(method, target, scope, key, body string) reply {
 	return in.do(req)
 }
 
-func (in *instance) do(req *http.Request) reply {
+func (in *endpoint) do(req *http.Request) reply {
 	resp, err := in.client.Do(req)
 	if err != nil {
 		return reply{err: err}
@@ -464,7 +487,7 @@ func (in *instance) do(req *http.Request) reply {
 
 // retryUntilDone sends the request again until it is neither a 409 nor a 5xx (at most
 // attempts times), and returns every reply.
-func (in *instance) retryUntilDone(scope, key, query, body string, attempts int) []reply {
+func (in *endpoint) retryUntilDone(scope, key, query, body string, attempts int) []reply {
 	var out []reply
 	for range attempts {
 		r := in.post(scope, key, query, body)

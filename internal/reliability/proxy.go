@@ -1,6 +1,7 @@
 package reliability
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -9,23 +10,28 @@ import (
 	"time"
 )
 
-// Proxy is a loopback TCP proxy placed between a client (a pgx pool) and a server
-// (PostgreSQL), so a test can make the network fail on command: cut every connection,
-// refuse new ones, stall (stop forwarding while keeping the connections open) and resume.
-// It can also cut at a chosen moment of the PostgreSQL protocol: just before the server's
-// answer to a given command reaches the client (see CutOnCommandComplete).
+// Proxy is a loopback TCP proxy placed between a client (a connection pool) and a
+// database server (PostgreSQL, or MySQL/MariaDB), so a test can make the network fail on
+// command: cut every connection, refuse new ones, stall (stop forwarding while keeping the
+// connections open) and resume. It follows the protocol's messages in both directions, so
+// it can also cut at a chosen moment of a command: just before the client's command
+// reaches the server, just before the server's answer reaches the client, or just after
+// (see CutAt, CutOnClientBytes and CutOnCommandComplete).
 //
-// Create it with Listen and close it with Close. It is safe for concurrent use.
+// Create it with Listen (PostgreSQL) or ListenMySQL and close it with Close. It is safe
+// for concurrent use. It needs clients that do not negotiate TLS or compression
+// (sslmode=disable; the MySQL driver's default).
 type Proxy struct {
 	ln     net.Listener
 	target string
+	proto  protocol
 
 	mu      sync.Mutex
 	links   map[*link]struct{}
 	down    bool
 	stalled chan struct{} // open while stalled; closed (or nil) while forwarding
 	closed  bool
-	trigger *trigger // armed CutOnCommandComplete, or nil
+	trigger *trigger // armed one-shot cut, or nil
 
 	wg       sync.WaitGroup
 	accepted atomic.Int64
@@ -33,20 +39,55 @@ type Proxy struct {
 	cut      atomic.Int64
 }
 
-// trigger is an armed CutOnCommandComplete.
+// protocol is the wire protocol the proxy frames.
+type protocol int
+
+const (
+	postgresProto protocol = iota // a type byte, a 4-byte big-endian length counting itself, the body; the client's first message has no type byte
+	mysqlProto                    // a 3-byte little-endian payload length, a sequence byte, the payload (whose first byte is the command or the reply's kind)
+)
+
+// Moment is when, around a client's command, an armed CutAt cuts.
+type Moment int
+
+const (
+	// BeforeCommand: the command never reaches the server.
+	BeforeCommand Moment = iota + 1
+	// BeforeReply: the server receives and runs the command; its reply never reaches the
+	// client.
+	BeforeReply
+	// AfterReply: the client receives the whole reply; then the connections are cut.
+	AfterReply
+	// Sent: nothing is cut; the channel closes once the command is on its way to the
+	// server (for a cut the test times itself).
+	Sent
+)
+
+// trigger is an armed cut.
 type trigger struct {
-	tag   string
-	fired chan struct{}
+	// Exactly one of these is set: the server's CommandComplete tag (PostgreSQL), the
+	// client's simple query, or bytes the client sends.
+	tag     string
+	query   string
+	pattern []byte
+	at      Moment
+	fired   chan struct{}
 }
 
-// Listen starts a proxy on 127.0.0.1 (a free port) forwarding every connection to target
-// (host:port).
-func Listen(target string) (*Proxy, error) {
+// Listen starts a proxy on 127.0.0.1 (a free port) forwarding every connection to a
+// PostgreSQL server at target (host:port).
+func Listen(target string) (*Proxy, error) { return listen(target, postgresProto) }
+
+// ListenMySQL starts a proxy on 127.0.0.1 (a free port) forwarding every connection to
+// a MySQL or MariaDB server at target (host:port).
+func ListenMySQL(target string) (*Proxy, error) { return listen(target, mysqlProto) }
+
+func listen(target string, proto protocol) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("reliability: listen: %w", err)
 	}
-	p := &Proxy{ln: ln, target: target, links: map[*link]struct{}{}}
+	p := &Proxy{ln: ln, target: target, proto: proto, links: map[*link]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -123,23 +164,44 @@ func (p *Proxy) Resume() {
 	}
 }
 
-// CutOnCommandComplete arms a one-shot cut: the first time the server sends, on any
-// connection, a CommandComplete message whose tag is tag (such as "COMMIT"), the proxy
-// forwards what preceded that message and then cuts every connection, so the server has
-// done the command and the client never learns it. The returned channel is closed when
-// the cut has happened. Arming again replaces the previous trigger; Disarm removes it.
-//
-// The proxy follows the server's messages from the first byte of each connection, so it
-// needs a client that does not negotiate TLS (sslmode=disable).
+// CutOnCommandComplete arms a one-shot cut on a PostgreSQL proxy: the first time the
+// server sends, on any connection, a CommandComplete message whose tag is tag (such as
+// "COMMIT"), the proxy forwards what preceded that message and then cuts every
+// connection, so the server has done the command and the client never learns it. The
+// returned channel is closed when the cut has happened. Arming again replaces the
+// previous trigger; Disarm removes it.
 func (p *Proxy) CutOnCommandComplete(tag string) <-chan struct{} {
-	t := &trigger{tag: tag, fired: make(chan struct{})}
+	return p.arm(&trigger{tag: tag, fired: make(chan struct{})})
+}
+
+// CutAt arms a one-shot cut at moment at of the first simple-protocol command whose text
+// is query (compared without case and surrounding space or ';', such as "COMMIT": a
+// PostgreSQL Query message, a MySQL COM_QUERY), on any connection. Except for Sent, the
+// cut takes the proxy Down: every connection is cut and new ones are refused until Up.
+// The returned channel is closed when the cut (or, for Sent, the forwarding) has
+// happened. For BeforeReply and AfterReply the reply is everything the server sends next
+// on that connection: for PostgreSQL up to and including ReadyForQuery, for MySQL one
+// packet (OK or ERR). Arming again replaces the previous trigger; Disarm removes it.
+func (p *Proxy) CutAt(query string, at Moment) <-chan struct{} {
+	return p.arm(&trigger{query: normQuery([]byte(query)), at: at, fired: make(chan struct{})})
+}
+
+// CutOnClientBytes arms a one-shot cut: the first client message, on any connection,
+// whose first 4 KiB hold pattern (a key sent as a statement's parameter, say) never
+// reaches the server, and the proxy goes Down as for CutAt. The returned channel is
+// closed when the cut has happened.
+func (p *Proxy) CutOnClientBytes(pattern []byte) <-chan struct{} {
+	return p.arm(&trigger{pattern: bytes.Clone(pattern), at: BeforeCommand, fired: make(chan struct{})})
+}
+
+func (p *Proxy) arm(t *trigger) <-chan struct{} {
 	p.mu.Lock()
 	p.trigger = t
 	p.mu.Unlock()
 	return t.fired
 }
 
-// Disarm removes an armed CutOnCommandComplete that has not fired.
+// Disarm removes an armed trigger that has not fired.
 func (p *Proxy) Disarm() {
 	p.mu.Lock()
 	p.trigger = nil
@@ -173,12 +235,12 @@ func (p *Proxy) gate() <-chan struct{} {
 	return p.stalled
 }
 
-// fire claims the armed trigger for tag, if any: only one connection fires it.
-func (p *Proxy) fire(tag string) *trigger {
+// take claims the armed trigger if match accepts it: only one connection fires it.
+func (p *Proxy) take(match func(*trigger) bool) *trigger {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	t := p.trigger
-	if t == nil || t.tag != tag {
+	if t == nil || !match(t) {
 		return nil
 	}
 	p.trigger = nil
@@ -233,13 +295,18 @@ func (p *Proxy) serve(c net.Conn) {
 	p.links[l] = struct{}{}
 	p.wg.Add(2)
 	p.mu.Unlock()
-	go p.pump(l, s, c, nil)
-	go p.pump(l, c, s, &framer{})
+	go p.pump(l, s, c, &framer{proto: p.proto, untyped: p.proto == postgresProto}, p.fromClient)
+	go p.pump(l, c, s, &framer{proto: p.proto}, p.fromServer)
 }
 
-// pump copies src to dst chunk by chunk, waiting while the proxy is stalled. For the
-// server-to-client direction f follows the protocol messages, for CutOnCommandComplete.
-func (p *Proxy) pump(l *link, dst, src net.Conn, f *framer) {
+// A watcher looks at the complete messages of one chunk a pump read, before the chunk is
+// forwarded. It may stop the pump: then only chunk[:keep] is forwarded, done runs, and
+// the pump ends. Otherwise, if done is not nil, it runs after the chunk is forwarded.
+type watcher func(l *link, chunk []byte, f *framer) (stop bool, keep int, done func())
+
+// pump copies src to dst chunk by chunk, waiting while the proxy is stalled, and shows
+// every chunk to watch first.
+func (p *Proxy) pump(l *link, dst, src net.Conn, f *framer, watch watcher) {
 	defer p.wg.Done()
 	defer func() {
 		l.close()
@@ -259,23 +326,19 @@ func (p *Proxy) pump(l *link, dst, src net.Conn, f *framer) {
 				}
 			}
 			chunk := buf[:n]
-			if f != nil {
-				var t *trigger
-				var stop func(string) bool
-				if p.armed() {
-					stop = func(tag string) bool { t = p.fire(tag); return t != nil }
+			stop, keep, done := watch(l, chunk, f)
+			if stop {
+				if keep > 0 {
+					_, _ = dst.Write(chunk[:keep])
 				}
-				if at, ok := f.feed(chunk, stop); ok {
-					if at > 0 {
-						_, _ = dst.Write(chunk[:at])
-					}
-					p.CutAll()
-					close(t.fired)
-					return
-				}
+				done()
+				return
 			}
 			if _, werr := dst.Write(chunk); werr != nil {
 				return
+			}
+			if done != nil {
+				done()
 			}
 		}
 		if err != nil {
@@ -284,11 +347,89 @@ func (p *Proxy) pump(l *link, dst, src net.Conn, f *framer) {
 	}
 }
 
+// fromClient watches the client's commands for CutAt and CutOnClientBytes.
+func (p *Proxy) fromClient(l *link, chunk []byte, f *framer) (stop bool, keep int, done func()) {
+	var t *trigger
+	check := p.armed()
+	f.feed(chunk, func(m message) bool {
+		if !check {
+			return false
+		}
+		t = p.take(func(t *trigger) bool {
+			switch {
+			case t.pattern != nil:
+				return bytes.Contains(m.body, t.pattern)
+			case t.query != "":
+				return m.isQuery(p.proto) && normQuery(m.body) == t.query
+			}
+			return false
+		})
+		if t == nil {
+			return false
+		}
+		switch t.at {
+		case BeforeCommand:
+			stop, keep = true, m.start
+		case BeforeReply, AfterReply:
+			l.pending.Store(t) // before the command is forwarded: its reply cannot come first
+		}
+		return true
+	})
+	switch {
+	case t == nil:
+		return false, 0, nil
+	case stop:
+		return true, keep, func() { p.Down(); close(t.fired) }
+	case t.at == Sent:
+		return false, 0, func() { close(t.fired) }
+	}
+	return false, 0, nil
+}
+
+// fromServer watches the server's replies for CutOnCommandComplete and for the reply a
+// CutAt waits for on this link.
+func (p *Proxy) fromServer(l *link, chunk []byte, f *framer) (stop bool, keep int, done func()) {
+	pending := l.pending.Load()
+	if pending != nil && pending.at == BeforeReply {
+		return true, 0, func() { p.Down(); close(pending.fired) }
+	}
+	var t *trigger
+	check := p.armed()
+	f.feed(chunk, func(m message) bool {
+		if pending != nil && (p.proto == mysqlProto || m.typ == 'Z') {
+			stop, keep = true, m.end
+			return true
+		}
+		if !check || p.proto != postgresProto || m.typ != 'C' {
+			return false
+		}
+		tag := string(bytes.TrimRight(m.body, "\x00"))
+		if t = p.take(func(t *trigger) bool { return t.tag != "" && t.tag == tag }); t != nil {
+			stop, keep = true, m.start
+			return true
+		}
+		return false
+	})
+	switch {
+	case !stop:
+		return false, 0, nil
+	case pending != nil && t == nil:
+		return true, keep, func() { p.Down(); close(pending.fired) }
+	}
+	return true, keep, func() { p.CutAll(); close(t.fired) }
+}
+
+// normQuery is a command's text as CutAt compares it.
+func normQuery(b []byte) string {
+	return string(bytes.ToUpper(bytes.Trim(b, " \t\r\n;\x00")))
+}
+
 // link is one forwarded connection: the client's side and the server's.
 type link struct {
 	client, server net.Conn
 	done           chan struct{}
 	once           sync.Once
+	pending        atomic.Pointer[trigger] // a CutAt waiting for the server's reply
 }
 
 // close closes both sides; it reports whether this call did it.
@@ -303,64 +444,90 @@ func (l *link) close() bool {
 	return did
 }
 
-// framer follows the messages of a PostgreSQL server's stream (a type byte, a 4-byte
-// big-endian length counting itself, the body) across chunks, to find CommandComplete
-// ('C') messages and their tags.
-type framer struct {
-	hdr   [5]byte
-	hdrN  int
-	left  int    // body bytes of the current message still to come
-	tag   []byte // body of a CommandComplete so far
-	inTag bool
+// message is one complete protocol message as a framer saw it.
+type message struct {
+	typ        byte   // PostgreSQL: the type byte (0 for the untyped startup message); MySQL: the payload's first byte
+	body       []byte // the first maxBody bytes after typ
+	start, end int    // where the message began (0: in an earlier chunk) and ended in the chunk
 }
 
-// maxTag bounds the tags the framer keeps (CommandComplete tags are short).
-const maxTag = 64
+// isQuery reports whether m is a simple-protocol query: PostgreSQL's Query ('Q'), a
+// MySQL COM_QUERY (0x03).
+func (m message) isQuery(proto protocol) bool {
+	if proto == mysqlProto {
+		return m.typ == 0x03
+	}
+	return m.typ == 'Q'
+}
 
-// feed consumes chunk. For every complete CommandComplete message it calls stop with the
-// message's tag; if stop returns true, feed returns at once with the offset in chunk at
-// which that message began (0 when it began in an earlier chunk) and ok true. The framer
-// must then not be fed again (the caller cuts the connection).
-func (f *framer) feed(chunk []byte, stop func(tag string) bool) (at int, ok bool) {
-	start := 0 // where the current message began in chunk (0: in an earlier one)
+// maxBody bounds what the framer keeps of a message's body.
+const maxBody = 4 << 10
+
+// framer follows one direction's messages across chunks.
+type framer struct {
+	proto   protocol
+	untyped bool // PostgreSQL client: the next message (startup) has no type byte
+	hdr     [5]byte
+	hdrN    int
+	need    int // header bytes of the current message
+	left    int // body bytes of the current message still to come
+	typ     byte
+	gotTyp  bool // MySQL: the payload's first byte has been read
+	body    []byte
+}
+
+// feed consumes chunk, calling visit with every message that ends in it, in order, until
+// visit returns true. The framer must not be fed again after visit returned true (the
+// caller cuts the connection).
+func (f *framer) feed(chunk []byte, visit func(message) bool) {
+	start := 0
 	i := 0
 	for i < len(chunk) {
-		if f.hdrN < 5 {
-			if f.hdrN == 0 {
-				start = i
+		if f.need == 0 { // a new message
+			start = i
+			f.hdrN, f.body, f.gotTyp = 0, f.body[:0], false
+			switch {
+			case f.proto == mysqlProto:
+				f.need = 4
+			case f.untyped:
+				f.need, f.typ = 4, 0
+			default:
+				f.need = 5
 			}
-			k := copy(f.hdr[f.hdrN:], chunk[i:])
+		}
+		if f.hdrN < f.need {
+			k := copy(f.hdr[f.hdrN:f.need], chunk[i:])
 			f.hdrN += k
 			i += k
-			if f.hdrN < 5 {
+			if f.hdrN < f.need {
 				break
 			}
-			f.left = int(binary.BigEndian.Uint32(f.hdr[1:5])) - 4
-			f.inTag = f.hdr[0] == 'C'
-			f.tag = f.tag[:0]
-			if f.left <= 0 {
-				f.hdrN = 0
+			switch {
+			case f.proto == mysqlProto:
+				f.left = int(f.hdr[0]) | int(f.hdr[1])<<8 | int(f.hdr[2])<<16
+			case f.untyped:
+				f.left = int(binary.BigEndian.Uint32(f.hdr[0:4])) - 4
+				f.untyped = false
+			default:
+				f.typ = f.hdr[0]
+				f.left = int(binary.BigEndian.Uint32(f.hdr[1:5])) - 4
 			}
-			continue
 		}
 		k := min(f.left, len(chunk)-i)
-		if f.inTag && len(f.tag) < maxTag {
-			f.tag = append(f.tag, chunk[i:i+min(k, maxTag-len(f.tag))]...)
+		seg := chunk[i : i+k]
+		if f.proto == mysqlProto && !f.gotTyp && len(seg) > 0 {
+			f.typ, f.gotTyp, seg = seg[0], true, seg[1:]
+		}
+		if room := maxBody - len(f.body); room > 0 {
+			f.body = append(f.body, seg[:min(len(seg), room)]...)
 		}
 		f.left -= k
 		i += k
-		if f.left == 0 {
-			f.hdrN = 0
-			if f.inTag && stop != nil {
-				t := string(f.tag)
-				if len(t) > 0 && t[len(t)-1] == 0 {
-					t = t[:len(t)-1]
-				}
-				if stop(t) {
-					return start, true
-				}
+		if f.left <= 0 {
+			f.need = 0
+			if visit(message{typ: f.typ, body: f.body, start: start, end: i}) {
+				return
 			}
 		}
 	}
-	return 0, false
 }

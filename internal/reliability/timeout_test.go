@@ -39,9 +39,15 @@ func (g *gate) hold(r *http.Request) int {
 	return 0
 }
 
+// hookedApp is an application whose handler takes hooks: an instance or a gormApp.
+type hookedApp interface {
+	setHooks(hooks)
+	post(scope, key, query, body string) reply
+}
+
 // holder sends the first request for g's key and waits until its handler holds the key;
 // the reply arrives on the returned channel once the gate opens.
-func holder(t *testing.T, in *instance, g *gate, scope, body string) <-chan reply {
+func holder(t *testing.T, in hookedApp, g *gate, scope, body string) <-chan reply {
 	t.Helper()
 	in.setHooks(hooks{afterWrite: g.hold})
 	out := make(chan reply, 1)
