@@ -48,7 +48,8 @@ type id struct{ scope, key string }
 
 // record is one stored key. A started key has an owner, the lock holding (or last
 // holding) its lease; a completed key has done and no owner. All fields but done's
-// contents are guarded by the shard's mutex; done is never changed once set.
+// contents (completion) are guarded by the shard's mutex; done and what it points to are
+// never changed once set.
 type record struct {
 	fingerprint  []byte
 	method, path string
@@ -60,12 +61,15 @@ type record struct {
 	point       string
 	lockedUntil time.Time
 
-	// done is the completed key as every replay gets it: shared, so never mutated.
-	done *storage.Record
+	// done is the completed key as every replay gets it: shared, so never mutated. It
+	// points into completion, which Complete fills once, under the mutex, before setting
+	// done; the record holds it inline so that completing allocates no struct.
+	done       *storage.Record
+	completion completed
 }
 
-// fresh is a new key in one allocation: its record, the lock of its first claim and room
-// for a SHA-256 fingerprint.
+// fresh is a new key in one allocation: its record (with room for its completion), the
+// lock of its first claim and room for a SHA-256 fingerprint.
 type fresh struct {
 	r  record
 	l  lock
@@ -80,8 +84,8 @@ func (n *fresh) keep(fp []byte) []byte {
 	return append(n.fp[:0:len(n.fp)], fp...)
 }
 
-// completed is a completed key's Record in one allocation with its Response and room for
-// the values of a few replay headers.
+// completed is a completed key's Record with its Response and room for the values of a
+// few replay headers.
 type completed struct {
 	rec  storage.Record
 	resp storage.Response
@@ -352,14 +356,15 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	if r == nil {
 		return errors.New("memstore: complete: nil response")
 	}
-	d := new(completed)
-	d.resp = storage.Response{Status: r.Status, Header: d.cloneHeader(r.Header), Body: bytes.Clone(r.Body)}
+	body := bytes.Clone(r.Body)
 	l.sh.mu.Lock()
 	defer l.sh.mu.Unlock()
 	if !l.held() {
 		return fmt.Errorf("memstore: complete: %w", storage.ErrLeaseLost)
 	}
 	rec := l.r
+	d := &rec.completion // written once: done is nil until the end of this block
+	d.resp = storage.Response{Status: r.Status, Header: d.cloneHeader(r.Header), Body: body}
 	d.rec = storage.Record{
 		Scope: l.k.scope, Key: l.k.key, Fingerprint: rec.fingerprint, Method: rec.method, Path: rec.path,
 		State: storage.StateCompleted, RecoveryPoint: rec.point, Response: &d.resp,
