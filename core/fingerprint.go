@@ -15,11 +15,11 @@ type FingerprintFunc func(r *http.Request, body []byte) ([]byte, error)
 
 // hasher is the pooled state of one fingerprint computation.
 type hasher struct {
-	h    hash.Hash
-	head []byte // length-prefixed method, path, query and headers
+	buf []byte // length-prefixed method, path, query and headers, then the canonical body
+	h   hash.Hash
 }
 
-var hasherPool = sync.Pool{New: func() any { return &hasher{h: sha256.New(), head: make([]byte, 0, 256)} }}
+var hasherPool = sync.Pool{New: func() any { return &hasher{buf: make([]byte, 0, 1024), h: sha256.New()} }}
 
 // Fingerprint is the default FingerprintFunc: SHA-256 over the method, the URL path, the
 // query (parameters sorted, so their order does not matter) and the body. A body that is
@@ -46,9 +46,7 @@ func FingerprintWithHeaders(names ...string) FingerprintFunc {
 
 func fingerprint(r *http.Request, body []byte, headers []string) ([]byte, error) {
 	st := hasherPool.Get().(*hasher)
-	defer hasherPool.Put(st)
-	st.h.Reset()
-	b := appendField(st.head[:0], r.Method)
+	b := appendField(st.buf[:0], r.Method)
 	b = appendField(b, r.URL.Path)
 	if r.URL.RawQuery != "" {
 		b = appendField(b, canonicalQuery(r.URL.RawQuery))
@@ -62,12 +60,35 @@ func fingerprint(r *http.Request, body []byte, headers []string) ([]byte, error)
 		}
 	}
 	b = append(b, 0xff) // end of the head; the body follows
-	st.head = b
-	st.h.Write(b)
-	if len(body) == 0 || writeCanonicalJSON(st.h, body) != nil {
+	fp := make([]byte, 0, sha256.Size)
+	if cb, ok := canonicalBody(b, body); ok {
+		// The common case: head and canonical body in one buffer, hashed in one call
+		// with the digest on the stack.
+		b = cb
+		sum := sha256.Sum256(b)
+		fp = append(fp, sum[:]...)
+	} else {
+		// Not JSON (or empty): the same byte stream, with the raw body streamed in
+		// rather than copied.
+		st.h.Reset()
+		st.h.Write(b)
 		st.h.Write(body)
+		fp = st.h.Sum(fp)
 	}
-	return st.h.Sum(make([]byte, 0, sha256.Size)), nil
+	if cap(b) <= maxPooledScratch {
+		st.buf = b[:0]
+		hasherPool.Put(st)
+	}
+	return fp, nil
+}
+
+// canonicalBody appends the canonical form of body to b when body is one JSON value.
+func canonicalBody(b, body []byte) ([]byte, bool) {
+	if len(body) == 0 {
+		return b, false
+	}
+	cb, err := appendCanonicalJSON(b, body)
+	return cb, err == nil
 }
 
 // appendField appends a length-prefixed field, so that no two different requests hash

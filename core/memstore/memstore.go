@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -47,7 +48,8 @@ type id struct{ scope, key string }
 
 // record is one stored key. A started key has an owner, the lock holding (or last
 // holding) its lease; a completed key has done and no owner. All fields but done's
-// contents are guarded by the shard's mutex; done is never changed once set.
+// contents (completion) are guarded by the shard's mutex; done and what it points to are
+// never changed once set.
 type record struct {
 	fingerprint  []byte
 	method, path string
@@ -59,8 +61,62 @@ type record struct {
 	point       string
 	lockedUntil time.Time
 
-	// done is the completed key as every replay gets it: shared, so never mutated.
-	done *storage.Record
+	// done is the completed key as every replay gets it: shared, so never mutated. It
+	// points into completion, which Complete fills once, under the mutex, before setting
+	// done; the record holds it inline so that completing allocates no struct.
+	done       *storage.Record
+	completion completed
+}
+
+// fresh is a new key in one allocation: its record (with room for its completion), the
+// lock of its first claim and room for a SHA-256 fingerprint.
+type fresh struct {
+	r  record
+	l  lock
+	fp [32]byte
+}
+
+// keep copies fp as bytes.Clone does (nil stays nil), into n.fp when it fits.
+func (n *fresh) keep(fp []byte) []byte {
+	if fp == nil {
+		return nil
+	}
+	return append(n.fp[:0:len(n.fp)], fp...)
+}
+
+// completed is a completed key's Record with its Response and room for the values of a
+// few replay headers.
+type completed struct {
+	rec  storage.Record
+	resp storage.Response
+	vals [4]string
+}
+
+// cloneHeader copies h as http.Header.Clone does, carving the values from d.vals when
+// they fit.
+func (d *completed) cloneHeader(h http.Header) http.Header {
+	if h == nil {
+		return nil
+	}
+	n := 0
+	for _, vs := range h {
+		n += len(vs)
+	}
+	sv := d.vals[:]
+	if n > len(sv) {
+		sv = make([]string, n)
+	}
+	hc := make(http.Header, len(h))
+	for k, vs := range h {
+		if vs == nil {
+			hc[k] = nil
+			continue
+		}
+		m := copy(sv, vs)
+		hc[k] = sv[:m:m] // capped: an append by a reader cannot reach the next value
+		sv = sv[m:]
+	}
+	return hc
 }
 
 // live reports whether r is a started key whose lease has not run out at now.
@@ -172,22 +228,24 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 	r := sh.keys[k]
 	switch {
 	case r == nil || r.absent(now, c.Retention):
-		r = &record{fingerprint: bytes.Clone(c.Fingerprint), method: c.Method, path: c.Path, created: now,
-			point: storage.RecoveryStarted}
-		sh.keys[k] = r
-		return s.take(sh, k, r, now, lease, false), nil, nil
+		n := new(fresh)
+		n.r = record{fingerprint: n.keep(c.Fingerprint), method: c.Method, path: c.Path,
+			created: now, point: storage.RecoveryStarted}
+		sh.keys[k] = &n.r
+		return s.take(&n.l, sh, k, &n.r, now, lease, false), nil, nil
 	case r.done != nil:
 		return nil, r.done, nil
 	case r.live(now) || !bytes.Equal(r.fingerprint, c.Fingerprint):
 		return nil, r.started(k), nil
 	default: // an expired lease, the same request: take over, which fences the old lock out
-		return s.take(sh, k, r, now, lease, true), nil, nil
+		return s.take(new(lock), sh, k, r, now, lease, true), nil, nil
 	}
 }
 
-// take makes a new lock the owner of r with a fresh lease. The caller holds sh's mutex.
-func (s *Store) take(sh *shard, k id, r *record, now time.Time, lease time.Duration, takenOver bool) *lock {
-	l := &lock{s: s, sh: sh, k: k, r: r, lease: lease, claimedPoint: r.point, takenOver: takenOver}
+// take makes l, a new lock, the owner of r with a fresh lease. The caller holds sh's
+// mutex.
+func (s *Store) take(l *lock, sh *shard, k id, r *record, now time.Time, lease time.Duration, takenOver bool) *lock {
+	*l = lock{s: s, sh: sh, k: k, r: r, lease: lease, claimedPoint: r.point, takenOver: takenOver}
 	r.owner = l
 	r.lockedUntil = now.Add(lease)
 	return l
@@ -298,18 +356,21 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	if r == nil {
 		return errors.New("memstore: complete: nil response")
 	}
-	resp := &storage.Response{Status: r.Status, Header: r.Header.Clone(), Body: bytes.Clone(r.Body)}
+	body := bytes.Clone(r.Body)
 	l.sh.mu.Lock()
 	defer l.sh.mu.Unlock()
 	if !l.held() {
 		return fmt.Errorf("memstore: complete: %w", storage.ErrLeaseLost)
 	}
 	rec := l.r
-	rec.done = &storage.Record{
+	d := &rec.completion // written once: done is nil until the end of this block
+	d.resp = storage.Response{Status: r.Status, Header: d.cloneHeader(r.Header), Body: body}
+	d.rec = storage.Record{
 		Scope: l.k.scope, Key: l.k.key, Fingerprint: rec.fingerprint, Method: rec.method, Path: rec.path,
-		State: storage.StateCompleted, RecoveryPoint: rec.point, Response: resp,
+		State: storage.StateCompleted, RecoveryPoint: rec.point, Response: &d.resp,
 		CreatedAt: rec.created, CompletedAt: l.s.now(),
 	}
+	rec.done = &d.rec
 	rec.owner, rec.lockedUntil = nil, time.Time{}
 	l.ended = true
 	return nil

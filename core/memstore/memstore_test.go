@@ -538,3 +538,23 @@ func BenchmarkReplay(b *testing.B) {
 	b.Run("keys=300000", func(b *testing.B) { benchReplay(b, 300_000, false) })
 	b.Run("keys=300000,decoded", func(b *testing.B) { benchReplay(b, 300_000, true) })
 }
+
+// TestCompletedHeadersStayApart: the stored headers' values share one backing array, so
+// each value slice is capped: a reader appending to one header cannot overwrite the next,
+// and two keys never see each other's values, however many there are.
+func TestCompletedHeadersStayApart(t *testing.T) {
+	t.Parallel()
+	s := memstore.New()
+	few := http.Header{"Location": {"/orders/1"}, "Link": {"</a>", "</b>"}, "Etag": nil}
+	many := http.Header{"Link": {"</1>", "</2>", "</3>", "</4>", "</5>"}, "Location": {"/orders/2"}}
+	for key, h := range map[string]http.Header{"few": few, "many": many} {
+		complete(t, mustLock(t, s, claim(key, key)), &storage.Response{Status: 201, Header: h.Clone()})
+	}
+
+	got := mustRecord(t, s, claim("few", "few")).Response.Header
+	assert.Equal(t, few, got)
+	assert.Equal(t, 1, cap(got["Location"]), "a stored value slice must be capped at its length")
+	_ = append(got["Location"], "/overwritten") // must reallocate, not spill into a neighbour
+	assert.Equal(t, few, mustRecord(t, s, claim("few", "few")).Response.Header)
+	assert.Equal(t, many, mustRecord(t, s, claim("many", "many")).Response.Header)
+}

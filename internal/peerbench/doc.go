@@ -2,7 +2,10 @@
 // (github.com/gofiber/fiber/v2/middleware/idempotency, in memory) on the same workload in
 // one go test -bench run, so the ratio between them is measured, not remembered:
 //
-//	go test -run '^$' -bench . -benchmem -count 6 ./internal/peerbench/
+//	go test -run '^$' -bench . -benchmem -count 6 -benchtime 20000x ./internal/peerbench/
+//
+// (A fixed -benchtime gives every stack's first the same number of live keys; with an
+// automatic b.N each store grows to a different size.)
 //
 // The workload: one goroutine, POST /v1/orders with a ~230-byte nested JSON body,
 // answered 201 with a Location header and a ~180-byte JSON body. For each stack the
