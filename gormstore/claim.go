@@ -81,7 +81,7 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 		defer cancel()
 	}
 	for attempt := 1; ; attempt++ {
-		lock, rec, err := s.claimTx(txCtx, ctx, c, wait)
+		lock, rec, err := s.claimBounded(txCtx, ctx, c, wait)
 		if err == nil || attempt == claimAttempts || ctx.Err() != nil ||
 			!(errors.Is(err, errRetry) || errors.Is(err, storage.ErrTransient)) {
 			if errors.Is(err, errRetry) {
@@ -90,6 +90,29 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 			return lock, rec, err
 		}
 	}
+}
+
+// claimBounded is claimTx with its transaction begun under a context of its own that the
+// claim's deadline (ctx, carrying c.Timeout) cancels while the claim runs, so a paused
+// database cannot hold BEGIN or the claim's statements past StoreTimeout; once the claim
+// is done the transaction outlives that deadline (the handler uses it), and an atomic lock
+// ends its context when it completes or is released.
+func (s *Store) claimBounded(txCtx, ctx context.Context, c storage.Claim, wait time.Duration) (storage.Lock, *storage.Record, error) {
+	tctx, cancelTx := context.WithCancel(txCtx)
+	stop := context.AfterFunc(ctx, cancelTx)
+	l, rec, err := s.claimTx(tctx, ctx, c, wait)
+	stopped := stop()
+	held, atomic := l.(*lock)
+	if err != nil || !atomic || held == nil || held.tx == nil {
+		cancelTx() // no open transaction is handed on
+		return l, rec, err
+	}
+	if !stopped { // the deadline passed as the claim returned: its transaction is rolled back
+		cancelTx()
+		return nil, nil, wrap(ctx, "claim", context.Cause(ctx))
+	}
+	held.cancelTx = cancelTx
+	return l, rec, err
 }
 
 // claimTx is one attempt at a claim, in a transaction of its own.

@@ -36,6 +36,15 @@ type lock struct {
 	ended        bool
 	inPhase      bool
 	timeout      time.Duration // bounds Complete's statement (storage.Claim.Timeout)
+	// cancelTx ends the context the atomic transaction began with, once it is over.
+	cancelTx context.CancelFunc
+}
+
+// endTx releases the context of an atomic lock's transaction.
+func (l *lock) endTx() {
+	if l.cancelTx != nil {
+		l.cancelTx()
+	}
 }
 
 var _ storage.Lock = (*lock)(nil)
@@ -159,6 +168,13 @@ func (l *lock) Phase(ctx context.Context, point string, fn func(ctx context.Cont
 // transaction (atomic), in the request's transaction if the handler opened one
 // (phased), or on its own; then the commit.
 func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
+	if l.mode == storage.ModeAtomic {
+		defer func() {
+			if l.ended {
+				l.endTx()
+			}
+		}()
+	}
 	switch {
 	case r == nil:
 		return errors.New("gormstore: complete: nil response")
@@ -217,6 +233,7 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 // still this lock's. In phased mode its statements run even when ctx has ended (bounded
 // by releaseTimeout): giving the key up is cleanup.
 func (l *lock) Release(ctx context.Context) error {
+	defer l.endTx()
 	if l.ended {
 		return nil
 	}

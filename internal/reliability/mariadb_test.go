@@ -127,8 +127,7 @@ func TestMariaDBDeadlockAnswers503ThenRetrySucceeds(t *testing.T) {
 // as behind a server's timeout: a claim answers 503 + Retry-After by it, the handler not
 // run. A request without a deadline paused after its business write answers 503 not
 // recorded within StoreTimeout. Once the server answers again, both keys run once. (Without a request
-// deadline the claim is unbounded: TestGormPausedDatabaseClaimIsBounded, build tag
-// knownbug.)
+// deadline StoreTimeout bounds the claim: TestGormPausedDatabaseClaimIsBounded.)
 func TestMariaDBPausedServerAnswers503(t *testing.T) {
 	t.Parallel()
 	d := newGormDB(t, onMariaDB)
