@@ -134,7 +134,7 @@ func countOrders(t testing.TB, db *gorm.DB, ref string) int64 {
 func claimFor(key, body string, mode storage.Mode) storage.Claim {
 	sum := sha256.Sum256([]byte("POST /orders\n" + body))
 	return storage.Claim{Scope: "tenant", Key: key, Fingerprint: sum[:], Method: http.MethodPost, Path: "/orders",
-		Mode: mode, Lease: core.DefaultLease, LockWait: core.DefaultLockWait, Retention: gormstore.DefaultRetention}
+		Mode: mode, Lease: core.DefaultLease, LockWait: core.DefaultLockWait, Retention: storage.DefaultRetention}
 }
 
 // mustLock claims c and requires a lock, released at the end of the test if still held.

@@ -11,8 +11,6 @@ import (
 const (
 	// DefaultTable is the key table's name unless WithTable says otherwise.
 	DefaultTable = "idempotency_keys"
-	// DefaultRetention is how long keys are kept unless WithRetention says otherwise.
-	DefaultRetention = 24 * time.Hour
 	// defaultLockWait bounds a claim's wait for a twin when the claim sets none (the
 	// engine always sets one: core.Config.LockWait).
 	defaultLockWait = 2 * time.Second

@@ -16,7 +16,7 @@ func WithTable(name string) Option {
 
 // WithRetention sets how long a key is kept: an older key counts as absent to claims,
 // and core.Sweeper deletes it. It is the one retention setting (the engine and the
-// sweeper read it from the store). Default: DefaultRetention (24h).
+// sweeper read it from the store). Default: storage.DefaultRetention (24h).
 func WithRetention(d time.Duration) Option {
 	return func(s *Store) { s.retention = d }
 }

@@ -48,7 +48,7 @@ func New(db *gorm.DB, opts ...Option) *Store {
 		db:        db.Session(&gorm.Session{NewDB: true}),
 		dialect:   d,
 		table:     DefaultTable,
-		retention: DefaultRetention,
+		retention: storage.DefaultRetention,
 		// SQLite has one write lock: a replay that reads first never queues for it.
 		lookupFirst: d == sqlite,
 	}

@@ -42,8 +42,6 @@ var (
 const (
 	// DefaultTable is the table the store uses unless WithTable names another.
 	DefaultTable = defaultTable
-	// DefaultRetention is how long keys are kept unless WithRetention says otherwise.
-	DefaultRetention = 24 * time.Hour
 	// defaultLockWait bounds an atomic claim's wait for a twin when the claim sets none
 	// (the engine always sets one: core.Config.LockWait).
 	defaultLockWait = 2 * time.Second
@@ -75,7 +73,7 @@ func WithTable(name string) Option {
 
 // WithRetention sets how long a key is kept: an older key counts as absent to claims,
 // and core.Sweeper deletes it. It is the one retention setting (the engine and the
-// sweeper read it from the store). Default: DefaultRetention (24h).
+// sweeper read it from the store). Default: storage.DefaultRetention (24h).
 func WithRetention(d time.Duration) Option {
 	if d <= 0 {
 		panic(fmt.Sprintf("pgxstore: WithRetention(%v): the retention must be positive", d))
@@ -148,7 +146,7 @@ func New(db DB, opts ...Option) *Store {
 	if db == nil {
 		panic("pgxstore: New needs a DB (a *pgxpool.Pool, *pgx.Conn or pgx.Tx)")
 	}
-	s := &Store{db: db, table: pgx.Identifier{defaultTable}, retention: DefaultRetention, iso: pgx.ReadCommitted, claimFirst: true}
+	s := &Store{db: db, table: pgx.Identifier{defaultTable}, retention: storage.DefaultRetention, iso: pgx.ReadCommitted, claimFirst: true}
 	for _, o := range opts {
 		o(s)
 	}

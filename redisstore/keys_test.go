@@ -27,7 +27,7 @@ func TestNewPanicsOnProgrammingErrors(t *testing.T) {
 	assert.PanicsWithValue(t, "redisstore: WithRetention(0s): the retention must be at least 1ms", func() { redisstore.WithRetention(0) })
 
 	s := redisstore.New(c)
-	assert.Equal(t, redisstore.DefaultRetention, s.Retention())
+	assert.Equal(t, storage.DefaultRetention, s.Retention())
 	assert.False(t, s.SupportsAtomic())
 	assert.True(t, strings.HasPrefix(s.Key("a", "b"), redisstore.DefaultPrefix+"{"))
 	assert.Equal(t, time.Hour, redisstore.New(c, redisstore.WithRetention(time.Hour)).Retention())

@@ -20,8 +20,6 @@ import (
 const (
 	// DefaultPrefix starts the name of every Redis key the store writes.
 	DefaultPrefix = "idem:"
-	// DefaultRetention is how long a key is kept unless WithRetention says otherwise.
-	DefaultRetention = 24 * time.Hour
 	// DefaultLease is the lease a claim gets when storage.Claim.Lease is zero or negative.
 	DefaultLease = 60 * time.Second
 )
@@ -58,7 +56,7 @@ func WithPrefix(prefix string) Option {
 // WithRetention sets how long a key is kept: the key's TTL in Redis, set when it is
 // claimed and never refreshed by a replay, and the age past which a claim treats a key
 // whose lease is not live as absent. It is the one retention setting (the engine reads it
-// from the store). It must be at least a millisecond. Default: DefaultRetention (24h).
+// from the store). It must be at least a millisecond. Default: storage.DefaultRetention (24h).
 func WithRetention(d time.Duration) Option {
 	if d < time.Millisecond {
 		panic(fmt.Sprintf("redisstore: WithRetention(%s): the retention must be at least 1ms", d))
@@ -78,7 +76,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	if isNil(client) {
 		panic("redisstore: New: nil Redis client")
 	}
-	s := &Store{client: client, prefix: DefaultPrefix, retention: DefaultRetention}
+	s := &Store{client: client, prefix: DefaultPrefix, retention: storage.DefaultRetention}
 	for _, o := range opts {
 		if o == nil {
 			panic("redisstore: New: nil Option")

@@ -45,5 +45,5 @@ func phasedClaim(key, body string) storage.Claim {
 	fp := make([]byte, 32)
 	copy(fp, body)
 	return storage.Claim{Scope: "tenant", Key: key, Fingerprint: fp, Method: http.MethodPost, Path: "/v1/payments",
-		Mode: storage.ModePhased, Lease: 10 * time.Second, Retention: redisstore.DefaultRetention, Timeout: 5 * time.Second}
+		Mode: storage.ModePhased, Lease: 10 * time.Second, Retention: storage.DefaultRetention, Timeout: 5 * time.Second}
 }

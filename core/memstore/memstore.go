@@ -20,9 +20,6 @@ const numShards = 64
 // DefaultLease is the lease a claim gets when storage.Claim.Lease is zero or negative.
 const DefaultLease = 60 * time.Second
 
-// DefaultRetention is how long keys are kept unless WithRetention says otherwise.
-const DefaultRetention = 24 * time.Hour
-
 // errLockEnded is returned by Phase and Complete on a lock that was already completed or
 // released.
 var errLockEnded = errors.New("memstore: lock already completed or released")
@@ -153,7 +150,7 @@ func WithClock(now func() time.Time) Option {
 
 // WithRetention sets how long a key is kept: an older key counts as absent to claims,
 // and core.Sweeper deletes it. It is the one retention setting (the engine and the
-// sweeper read it from the store). Default: DefaultRetention (24h); a duration that is
+// sweeper read it from the store). Default: storage.DefaultRetention (24h); a duration that is
 // not positive keeps the default.
 func WithRetention(d time.Duration) Option {
 	return func(s *Store) {
@@ -165,7 +162,7 @@ func WithRetention(d time.Duration) Option {
 
 // New returns an empty Store.
 func New(opts ...Option) *Store {
-	s := &Store{now: time.Now, retention: DefaultRetention, seed: maphash.MakeSeed()}
+	s := &Store{now: time.Now, retention: storage.DefaultRetention, seed: maphash.MakeSeed()}
 	for _, o := range opts {
 		o(s)
 	}

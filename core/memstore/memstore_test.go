@@ -105,9 +105,9 @@ func TestClockDrivesLeaseAndRetention(t *testing.T) {
 // DefaultLease.
 func TestDefaults(t *testing.T) {
 	t.Parallel()
-	assert.Equal(t, memstore.DefaultRetention, memstore.New().Retention())
+	assert.Equal(t, storage.DefaultRetention, memstore.New().Retention())
 	assert.Equal(t, time.Hour, memstore.New(memstore.WithRetention(time.Hour)).Retention())
-	assert.Equal(t, memstore.DefaultRetention, memstore.New(memstore.WithRetention(-time.Hour)).Retention(),
+	assert.Equal(t, storage.DefaultRetention, memstore.New(memstore.WithRetention(-time.Hour)).Retention(),
 		"a retention that is not positive keeps the default")
 
 	clk := newClock()

@@ -45,6 +45,11 @@ const (
 	StateCompleted State = "completed"
 )
 
+// DefaultRetention is how long a store keeps a key unless its constructor's retention
+// option (pgxstore.WithRetention, gormstore.WithRetention, redisstore.WithRetention,
+// memstore.WithRetention) says otherwise; every store uses this one default.
+const DefaultRetention = 24 * time.Hour
+
 // RecoveryStarted is the recovery point of a freshly claimed key, before any phase has
 // committed.
 const RecoveryStarted = "started"

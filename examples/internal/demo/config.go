@@ -15,7 +15,6 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idem/core/storage"
-	"github.com/idemkit/idem/pgxstore"
 )
 
 // Phases of a payment, in order; the names are its recovery points and the values
@@ -189,8 +188,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("-store: %q is neither pgx nor gorm", c.Store)
 	case c.Lease <= 0:
 		return fmt.Errorf("-lease: %s is not positive", c.Lease)
-	case c.Lease > pgxstore.DefaultRetention:
-		return fmt.Errorf("-lease: %s is longer than the keys' retention (%s)", c.Lease, pgxstore.DefaultRetention)
+	case c.Lease > storage.DefaultRetention:
+		return fmt.Errorf("-lease: %s is longer than the keys' retention (%s)", c.Lease, storage.DefaultRetention)
 	case c.CrashAfter != "" && c.CrashAfter != PhaseStarted && c.CrashAfter != PhaseChargeCreated:
 		return fmt.Errorf("-crash-after: %q is not a payment phase (%s or %s)", c.CrashAfter, PhaseStarted, PhaseChargeCreated)
 	}
