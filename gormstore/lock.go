@@ -86,7 +86,7 @@ func (l *lock) open(ctx context.Context, op string) (*gorm.DB, error) {
 			return nil, err
 		}
 	}
-	return tx, nil
+	return l.s.guard(tx), nil
 }
 
 // fenced checks a statement fenced by the lease token: an error, or ErrLeaseLost when it
