@@ -217,6 +217,12 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 		if tx != nil {
 			tx.Rollback()
 		}
+		if l.mode == storage.ModeAtomic && res.Error == nil {
+			// No lease to lose: the claim's own transaction holds the row, so it is gone
+			// only if that transaction ended under the handler. Not ErrLeaseLost, which
+			// the engine answers 409 "in progress": nothing is.
+			return errors.New("gormstore: complete: the claim's transaction no longer holds the key (the database ended it); nothing was recorded")
+		}
 		return err
 	}
 	if tx != nil {

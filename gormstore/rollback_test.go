@@ -263,3 +263,30 @@ func TestDBIsStillAGormTransaction(t *testing.T) {
 		})
 	}
 }
+
+// TestAtomicCompleteOfAVanishedClaimIsNotALostLease: in atomic mode the claim's own
+// transaction holds the key's row, so a completion that finds no row to update means
+// that transaction no longer holds it (here the handler deleted it; elsewhere the
+// database ended the transaction where the store could not see it). Nothing is recorded,
+// and the error is not ErrLeaseLost, which the engine answers 409 "in progress": no other
+// request holds the key.
+func TestAtomicCompleteOfAVanishedClaimIsNotALostLease(t *testing.T) {
+	t.Parallel()
+	for _, d := range dialects {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			table := testdb.Name("keys")
+			s := gormstore.New(d.open(t), gormstore.WithTable(table))
+			require.NoError(t, s.Migrate(t.Context()))
+			key := testdb.Name("k")
+			lock := mustLock(t, s, claimFor(key, "a", storage.ModeAtomic))
+			tx := gormstore.DB(lock.Context(t.Context()))
+			require.NoError(t, tx.Exec("DELETE FROM "+table+" WHERE idem_key = ?", key).Error)
+			err := lock.Complete(t.Context(), created)
+			require.Error(t, err)
+			assert.NotErrorIs(t, err, storage.ErrLeaseLost)
+			assert.Contains(t, err.Error(), "nothing was recorded")
+			mustLock(t, s, claimFor(key, "a", storage.ModeAtomic)) // claimed afresh
+		})
+	}
+}
