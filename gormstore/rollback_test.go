@@ -56,23 +56,29 @@ func isDeadlock(err error) bool {
 // goes on writing through gormstore.DB(ctx) has every later statement refused with an
 // error wrapping ErrRolledBack and the deadlock, so none commits on its own; the
 // completion (or the phase) fails the same way, sending nothing but ROLLBACK, not as a
-// lost lease; and the key is not recorded, so a retry claims it afresh. In atomic mode,
-// in phased mode's request transaction, and in a phase's.
+// lost lease; and the key is not recorded, so a retry claims it afresh. In atomic mode
+// (also on a database opened with PrepareStmt), in phased mode's request transaction,
+// and in a phase's.
 func TestMySQLDeadlockInHandlerKeepsNothing(t *testing.T) {
 	t.Parallel()
 	db := withOrders(t, openMySQL(t))
-	s := migrated(t, db)
 	for _, tc := range []struct {
-		name    string
-		mode    storage.Mode
-		inPhase bool
+		name             string
+		mode             storage.Mode
+		inPhase, prepare bool
 	}{
-		{"atomic", storage.ModeAtomic, false},
-		{"phased", storage.ModePhased, false},
-		{"in a phase", storage.ModePhased, true},
+		{"atomic", storage.ModeAtomic, false, false},
+		{"atomic, PrepareStmt", storage.ModeAtomic, false, true},
+		{"phased", storage.ModePhased, false, false},
+		{"in a phase", storage.ModePhased, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			pool := db
+			if tc.prepare {
+				pool = db.Session(&gorm.Session{PrepareStmt: true})
+			}
+			s := migrated(t, pool)
 			tables := [2]string{testdb.Name("stock_a"), testdb.Name("stock_b")}
 			for _, tbl := range tables {
 				require.NoError(t, db.Exec("CREATE TABLE "+tbl+" (id int PRIMARY KEY, n int NOT NULL) ENGINE=InnoDB").Error)
@@ -236,31 +242,37 @@ func TestSQLiteFullInHandlerKeepsNothing(t *testing.T) {
 
 // TestDBIsStillAGormTransaction: what stands between the handler and its transaction on
 // MySQL/MariaDB and SQLite keeps what GORM offers on a transaction: DB() returns the pool,
-// and a nested Transaction is a savepoint that rolls back alone.
+// and a nested Transaction is a savepoint that rolls back alone, also on a database
+// opened with PrepareStmt.
 func TestDBIsStillAGormTransaction(t *testing.T) {
 	t.Parallel()
 	for _, d := range dialects {
-		t.Run(d.name, func(t *testing.T) {
-			t.Parallel()
-			db := withOrders(t, d.open(t))
-			s := migrated(t, db)
-			ref := testdb.Name("k")
-			lock := mustLock(t, s, claimFor(ref, "a", storage.ModeAtomic))
-			tx := gormstore.DB(lock.Context(t.Context()))
-			pool, err := tx.DB()
-			require.NoError(t, err)
-			want, err := db.DB()
-			require.NoError(t, err)
-			assert.Same(t, want, pool)
-			require.NoError(t, tx.Create(&order{Ref: ref}).Error)
-			inner := errors.New("inner")
-			require.ErrorIs(t, tx.Transaction(func(tx *gorm.DB) error {
+		for _, prepare := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s prepare %v", d.name, prepare), func(t *testing.T) {
+				t.Parallel()
+				db := withOrders(t, d.open(t))
+				if prepare {
+					db = db.Session(&gorm.Session{PrepareStmt: true})
+				}
+				s := migrated(t, db)
+				ref := testdb.Name("k")
+				lock := mustLock(t, s, claimFor(ref, "a", storage.ModeAtomic))
+				tx := gormstore.DB(lock.Context(t.Context()))
+				pool, err := tx.DB()
+				require.NoError(t, err)
+				want, err := db.DB()
+				require.NoError(t, err)
+				assert.Same(t, want, pool)
 				require.NoError(t, tx.Create(&order{Ref: ref}).Error)
-				return inner
-			}), inner)
-			require.NoError(t, lock.Complete(t.Context(), created))
-			assert.Equal(t, int64(1), countOrders(t, db, ref), "the order outside the savepoint")
-		})
+				inner := errors.New("inner")
+				require.ErrorIs(t, tx.Transaction(func(tx *gorm.DB) error {
+					require.NoError(t, tx.Create(&order{Ref: ref}).Error)
+					return inner
+				}), inner)
+				require.NoError(t, lock.Complete(t.Context(), created))
+				assert.Equal(t, int64(1), countOrders(t, db, ref), "the order outside the savepoint")
+			})
+		}
 	}
 }
 
