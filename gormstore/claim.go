@@ -214,8 +214,8 @@ func (s *Store) hold(ctx context.Context, tx *gorm.DB, restore func() error, c s
 		if err := restore(); err != nil {
 			return nil, wrap(ctx, "claim: restore lock wait", err)
 		}
-		l.tx = tx
-		l.held = &holder{tx: tx, base: s.db}
+		l.tx = s.guard(tx) // the handler's from here on
+		l.held = &holder{tx: l.tx, base: s.db}
 		return l, nil
 	}
 	if s.dialect != postgres {

@@ -92,7 +92,10 @@ func WithTx(ctx context.Context, tx *gorm.DB) context.Context {
 // phase's transaction and commits with it, so a request never holds two connections.
 //
 // If that transaction cannot be opened, the returned *gorm.DB carries the error in its
-// Error field, as GORM does, and every operation on it fails with that error.
+// Error field, as GORM does, and every operation on it fails with that error. Once the
+// database has rolled the transaction back on its own (a MySQL/MariaDB deadlock, an
+// SQLite SQLITE_FULL…; see ErrRolledBack), every later operation fails with an error
+// wrapping ErrRolledBack, and nothing of the request is kept.
 //
 // DB panics when ctx carries no transaction: the route is not behind the middleware, the
 // request had no key, or the context did not come from the request (nor from WithTx).

@@ -72,7 +72,9 @@
 // session's value back before the handler runs and before the connection returns to the
 // pool. Its expiry (1205) is storage.ErrInProgress; a deadlock (1213) is storage.ErrTransient,
 // after the claim was retried. Gap locks at REPEATABLE READ can make concurrent claims of
-// new keys deadlock: that is the retried case. DeleteExpired runs at READ COMMITTED with
+// new keys deadlock: that is the retried case. A deadlock in the handler rolls InnoDB's
+// whole transaction back, claim included: the store then refuses the handler's later
+// statements and the completion (ErrRolledBack), so nothing commits without the key. DeleteExpired runs at READ COMMITTED with
 // FOR UPDATE SKIP LOCKED (MySQL 8.0+, MariaDB 10.6+), so it takes no gap locks.
 //
 // scope and idem_key are VARBINARY(255): keys compare byte for byte, as on the other
@@ -85,9 +87,10 @@
 // # SQLite
 //
 // No DSN parameter is required; journal_mode WAL is recommended, so readers never wait for
-// the writer:
+// the writer, with synchronous FULL, so that an acknowledged response survives a power
+// loss (NORMAL in WAL mode can lose the last commits), and an explicit busy_timeout:
 //
-//	gorm.Open(sqlite.Open("app.db?_pragma=journal_mode(WAL)"), &gorm.Config{})
+//	gorm.Open(sqlite.Open("app.db?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(5000)"), &gorm.Config{})
 //
 // SQLite has no row locks and one writer. Every transaction the store opens writes first
 // (the claim, or in phased mode a fenced touch of the key), so it takes the write lock at

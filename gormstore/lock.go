@@ -86,7 +86,7 @@ func (l *lock) open(ctx context.Context, op string) (*gorm.DB, error) {
 			return nil, err
 		}
 	}
-	return tx, nil
+	return l.s.guard(tx), nil
 }
 
 // fenced checks a statement fenced by the lease token: an error, or ErrLeaseLost when it
@@ -216,6 +216,12 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	if err := fenced(ctx, "complete", res); err != nil {
 		if tx != nil {
 			tx.Rollback()
+		}
+		if l.mode == storage.ModeAtomic && res.Error == nil {
+			// No lease to lose: the claim's own transaction holds the row, so it is gone
+			// only if that transaction ended under the handler. Not ErrLeaseLost, which
+			// the engine answers 409 "in progress": nothing is.
+			return errors.New("gormstore: complete: the claim's transaction no longer holds the key (the database ended it); nothing was recorded")
 		}
 		return err
 	}

@@ -22,10 +22,6 @@
 //	IDEM_SWEEP_KEYS=100000 go test -race -run TestSweeperUnderLoad -v -timeout 60m ./internal/reliability/
 //	go test -run '^$' -fuzz '^FuzzFingerprintJSON$' -fuzztime 3m ./internal/reliability/
 //
-// and the tests of bugs found and not yet fixed (they fail until fixed):
-//
-//	go test -race -tags knownbug -run 'TestGormPausedDatabaseClaimIsBounded|TestMariaDBHandlerRetryAfterDeadlockKeepsNothing' -v ./internal/reliability/
-//
 // The settings:
 //
 //   - IDEM_FAULT_TRIALS: network-cut trials per store × database (TestFaultTrials: pgxstore

@@ -2,6 +2,7 @@ package reliability_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/gormstore"
 )
 
 // InnoDB specifics, through gormstore and the engine over HTTP, on the MariaDB server.
@@ -264,4 +266,94 @@ func TestMariaDBConcurrentNewKeys(t *testing.T) {
 	t.Logf("answers by status: %v", seen)
 	assert.Equal(t, clients*perClient, d.count(`SELECT count(*) FROM orders`))
 	assert.Zero(t, d.count(`SELECT count(*) FROM (SELECT scope, idem_key FROM orders GROUP BY scope, idem_key HAVING count(*) > 1) dup`))
+}
+
+// TestMariaDBHandlerRetryAfterDeadlockKeepsNothing: a handler that catches a deadlock
+// and carries on in the same request (retrying its statements, as some code does) must
+// not write outside the key's transaction: what it writes after the deadlock must roll
+// back with it, and the client's retry must leave exactly one order for the key.
+//
+// InnoDB answers a deadlock (1213) by rolling the whole transaction back, claim
+// included, and the session goes on in autocommit (issue 19): gormstore then refuses
+// every statement the handler sends next through gormstore.DB(ctx), with an error
+// wrapping gormstore.ErrRolledBack and the deadlock, so nothing commits on its own. A
+// handler that reports the refused statement's error answers as it answers a deadlock
+// (here 503); one that swallows that too and answers 201 gets 503 "not recorded" from
+// the engine, whose completion the store refuses the same way. Either way the retry runs
+// the handler afresh, once.
+func TestMariaDBHandlerRetryAfterDeadlockKeepsNothing(t *testing.T) {
+	t.Parallel()
+	for _, swallowAll := range []bool{false, true} {
+		t.Run(fmt.Sprintf("swallow all %v", swallowAll), func(t *testing.T) {
+			t.Parallel()
+			d := newGormDB(t, onMariaDB)
+			for _, tbl := range []string{"stock_a", "stock_b"} {
+				require.NoError(t, d.check.Exec("CREATE TABLE "+tbl+" (id int PRIMARY KEY, n int NOT NULL) ENGINE=InnoDB").Error)
+				require.NoError(t, d.check.Exec("INSERT INTO "+tbl+" VALUES (1, 100)").Error)
+			}
+			a := newGormApp(t, d, gormAppConfig{direct: true, poolSize: 4, cfg: core.Config{LockWait: 5 * time.Second}})
+			var firstLocks sync.WaitGroup
+			firstLocks.Add(2)
+			var once sync.Map
+			var swallowed sync.Map // key → the deadlock its handler swallowed
+			take := func(ctx context.Context, tx *gorm.DB, r *http.Request) error {
+				key := core.OperationFrom(ctx).Key()
+				order := []string{"stock_a", "stock_b"}
+				if key == "ba" {
+					order = []string{"stock_b", "stock_a"}
+				}
+				if err := tx.Exec("UPDATE " + order[0] + " SET n = n - 1 WHERE id = 1").Error; err != nil {
+					return err
+				}
+				if _, again := once.LoadOrStore(key, true); !again {
+					firstLocks.Done()
+					firstLocks.Wait()
+				}
+				err := tx.Exec("UPDATE " + order[1] + " SET n = n - 1 WHERE id = 1").Error
+				if err == nil {
+					return nil
+				}
+				swallowed.Store(key, err)
+				// "Retry the statement": the whole request again, in what it believes is
+				// still its transaction.
+				err = errors.Join(
+					tx.Create(&gormOrder{Scope: "acct", IdemKey: key, Amount: -1}).Error,
+					tx.Exec("UPDATE "+order[0]+" SET n = n - 1 WHERE id = 1").Error,
+					tx.Exec("UPDATE "+order[1]+" SET n = n - 1 WHERE id = 1").Error)
+				assert.ErrorIs(t, err, gormstore.ErrRolledBack, "the statements after the deadlock") // not require: the server's goroutine
+				if swallowAll {
+					return nil
+				}
+				return err
+			}
+			a.business.Store(&take)
+
+			replies := map[string]chan reply{"ab": make(chan reply, 1), "ba": make(chan reply, 1)}
+			for key, ch := range replies {
+				go func() { ch <- a.post("acct", key, "", jsonBody(1)) }()
+			}
+			got := map[string]reply{"ab": <-replies["ab"], "ba": <-replies["ba"]}
+			var victim string
+			swallowed.Range(func(k, v any) bool { victim = k.(string); t.Logf("%s swallowed: %v", k, v); return true })
+			require.NotEmpty(t, victim, "no deadlock: %v", got)
+			if r := got[victim]; swallowAll {
+				mustProblem(t, r, http.StatusServiceUnavailable, core.ProblemNotRecorded, true)
+			} else {
+				require.Equal(t, http.StatusServiceUnavailable, r.status, "the victim: %v", r)
+				assert.Contains(t, string(r.body), "try again: 1213", "the application sees the deadlock in the refusal")
+			}
+			_, kept := d.keyState("acct", victim)
+			assert.False(t, kept, "the victim's key was recorded")
+			assert.Zero(t, d.orders("acct", victim), "what the victim wrote after the deadlock was committed without its key")
+
+			a.business.Store(nil)
+			rs := a.retryUntilDone("acct", victim, "", jsonBody(1), 30)
+			require.Equal(t, http.StatusCreated, rs[len(rs)-1].status, "the victim's retry: %v", rs)
+			for key := range replies {
+				assert.Equal(t, 1, d.orders("acct", key), "orders of key %s after the retry", key)
+			}
+			assert.Equal(t, 99, d.count("SELECT n FROM stock_a"), "stock_a: only the survivor's update (the retry writes no stock)")
+			assert.Equal(t, 99, d.count("SELECT n FROM stock_b"), "stock_b: only the survivor's update (the retry writes no stock)")
+		})
+	}
 }

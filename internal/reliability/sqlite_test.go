@@ -412,3 +412,46 @@ func TestSQLiteKillTrials(t *testing.T) {
 	assert.Zero(t, d.count(`SELECT count(*) FROM (SELECT scope, idem_key FROM orders GROUP BY scope, idem_key HAVING count(*) > 1) dup`))
 	assert.Equal(t, trials, d.count(`SELECT count(*) FROM idempotency_keys WHERE state = 'completed'`))
 }
+
+// TestSQLiteHandlerAfterFullDiskKeepsNothing: the SQLite side of
+// TestMariaDBHandlerRetryAfterDeadlockKeepsNothing. After SQLITE_FULL (also IOERR, BUSY,
+// NOMEM, INTERRUPT) SQLite may have rolled the transaction back and gone on in
+// autocommit, or undone the statement only (as here): the error does not tell which, so
+// gormstore rolls the transaction back itself, as SQLite recommends, and refuses the
+// handler's later statements (gormstore.ErrRolledBack). A handler that swallows it all
+// and answers 201 gets 503 "not recorded"; nothing it wrote is kept, not even the order
+// it wrote before; the retry runs it afresh, once. The disk is full for real: the
+// connections' max_page_count leaves room for small rows, not for the handler's large one.
+func TestSQLiteHandlerAfterFullDiskKeepsNothing(t *testing.T) {
+	t.Parallel()
+	d := newGormDB(t, onSQLite)
+	pages := d.count("PRAGMA page_count")
+	d.dsn += fmt.Sprintf("&_pragma=max_page_count(%d)", pages+16) // the app's connections
+	a := newGormApp(t, d, gormAppConfig{})
+	var full atomic.Pointer[error]
+	fill := func(ctx context.Context, tx *gorm.DB, r *http.Request) error {
+		key := core.OperationFrom(ctx).Key()
+		err := tx.Create(&gormOrder{Scope: "acct", IdemKey: strings.Repeat("x", 128<<10), Amount: 0}).Error
+		full.Store(&err)
+		if err != nil { // "write a failure row", then answer as if all went well
+			assert.ErrorIs(t, tx.Create(&gormOrder{Scope: "acct", IdemKey: key, Amount: -1}).Error, gormstore.ErrRolledBack)
+		}
+		return nil
+	}
+	a.business.Store(&fill)
+
+	r := a.post("acct", "k", "", jsonBody(1))
+	require.NotNil(t, full.Load(), "the handler ran")
+	var lite interface{ Code() int }
+	require.ErrorAs(t, *full.Load(), &lite, "the database is not full")
+	require.Equal(t, 13, lite.Code()&0xff, "SQLITE_FULL: %v", *full.Load())
+	mustProblem(t, r, http.StatusServiceUnavailable, core.ProblemNotRecorded, true)
+	_, kept := d.keyState("acct", "k")
+	assert.False(t, kept, "the key was recorded")
+	assert.Zero(t, d.orders("acct", "k"), "an order was kept")
+
+	a.business.Store(nil)
+	rs := a.retryUntilDone("acct", "k", "", jsonBody(1), 30)
+	require.Equal(t, http.StatusCreated, rs[len(rs)-1].status, "the retry: %v", rs)
+	assert.Equal(t, 1, d.orders("acct", "k"), "orders after the retry")
+}
