@@ -11,6 +11,7 @@ import (
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
+	"github.com/idemkit/idem/internal/testdb"
 )
 
 // TestAtomic: in atomic mode the handler's writes through gormstore.DB ride in the claim's
@@ -94,16 +95,17 @@ func TestAtomic(t *testing.T) {
 				c := claimFor("k", "a", storage.ModeAtomic)
 				lock := mustLock(t, s, c)
 				twin := make(chan *storage.Record, 1)
-				go func() {
+				name := testdb.Name("twin")
+				go testdb.MarkWaiter(t.Context(), name, func(ctx context.Context) {
 					twinClaim := c
 					twinClaim.LockWait = 5 * time.Second
-					_, rec, err := s.Claim(t.Context(), twinClaim)
+					_, rec, err := s.Claim(ctx, twinClaim)
 					if err != nil {
 						t.Errorf("twin: %v", err)
 					}
 					twin <- rec
-				}()
-				time.Sleep(100 * time.Millisecond)
+				})
+				awaitSQLiteBusy(t, name) // the twin waits for the claim's write lock
 				if err := lock.Complete(t.Context(), created); err != nil {
 					t.Fatalf("Complete: %v", err)
 				}
@@ -130,16 +132,17 @@ func TestAtomic(t *testing.T) {
 				c := claimFor("k", "a", storage.ModeAtomic)
 				lock := mustLock(t, s, c)
 				twin := make(chan storage.Lock, 1)
-				go func() {
+				name := testdb.Name("twin")
+				go testdb.MarkWaiter(t.Context(), name, func(ctx context.Context) {
 					twinClaim := c
 					twinClaim.LockWait = 5 * time.Second
-					l, _, err := s.Claim(t.Context(), twinClaim)
+					l, _, err := s.Claim(ctx, twinClaim)
 					if err != nil {
 						t.Errorf("twin: %v", err)
 					}
 					twin <- l
-				}()
-				time.Sleep(100 * time.Millisecond)
+				})
+				awaitSQLiteBusy(t, name) // the twin waits for the claim's write lock
 				if err := lock.Release(t.Context()); err != nil {
 					t.Fatalf("Release: %v", err)
 				}
@@ -168,4 +171,15 @@ func lockSetting(t testing.TB, db *gorm.DB, dialect string) string {
 		t.Fatalf("%s: %v", q, err)
 	}
 	return v
+}
+
+// awaitSQLiteBusy waits until the goroutine marked name (testdb.MarkWaiter) waits in
+// SQLite's busy handler for a lock another connection holds.
+func awaitSQLiteBusy(t *testing.T, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := testdb.AwaitSQLiteBusy(ctx, name); err != nil {
+		t.Fatal(err)
+	}
 }

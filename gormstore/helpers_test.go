@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/glebarez/sqlite"
 	"gorm.io/driver/mysql"
@@ -162,3 +163,30 @@ func mustRecord(t testing.TB, s storage.Store, c storage.Claim) *storage.Record 
 }
 
 var created = &storage.Response{Status: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"ok":true}`)}
+
+// takeOver claims c until the lease on its key has run out and the claim takes the key
+// over, and returns the lock, released at the end of the test if still held. A claim
+// before then must report the live lease. Waiting for the lease to run out is the point,
+// and the store, on the database's clock (the application's on SQLite), is what tells.
+func takeOver(t testing.TB, s storage.Store, c storage.Claim) storage.Lock {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		lock, rec, err := s.Claim(t.Context(), c)
+		switch {
+		case err != nil:
+			t.Fatalf("Claim(%q) while waiting for the lease to run out: %v", c.Key, err)
+		case lock != nil:
+			t.Cleanup(func() { _ = lock.Release(context.Background()) })
+			if !lock.TakenOver() {
+				t.Fatalf("Claim(%q) after the lease ran out got a lock that did not take over", c.Key)
+			}
+			return lock
+		case rec == nil || rec.State != storage.StateStarted:
+			t.Fatalf("Claim(%q) while the lease is live: %+v, want the started record", c.Key, rec)
+		case time.Now().After(deadline):
+			t.Fatalf("the lease on %q did not run out within 10s (locked until %v)", c.Key, rec.LockedUntil)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the store
+	}
+}

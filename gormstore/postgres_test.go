@@ -65,8 +65,7 @@ func TestPostgresPgxstoreTable(t *testing.T) {
 	if err := stale.Phase(t.Context(), "charged", func(context.Context) error { return nil }); err != nil {
 		t.Fatalf("Phase: %v", err)
 	}
-	time.Sleep(250 * time.Millisecond)
-	fresh := mustLock(t, s, p)
+	fresh := takeOver(t, s, p)
 	if !fresh.TakenOver() || fresh.RecoveryPoint() != "charged" {
 		t.Fatalf("takeover: %v at %q", fresh.TakenOver(), fresh.RecoveryPoint())
 	}

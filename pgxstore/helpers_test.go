@@ -132,3 +132,19 @@ func count(t testing.TB, db pgxstore.DB, sql string, args ...any) int {
 	}
 	return n
 }
+
+// waitLeaseEnd waits until the lease on (scope, key) in schema's key table has run out by
+// the database's clock, the one the store judges leases by: waiting for the lease to
+// run out is the point, and a fixed sleep would guess at it with the application's clock.
+func waitLeaseEnd(t testing.TB, db pgxstore.DB, schema, scope, key string) {
+	t.Helper()
+	q := fmt.Sprintf(`SELECT count(*) FROM %s.idempotency_keys
+		WHERE scope = $1 AND idem_key = $2 AND state = 'started' AND locked_until <= now()`, schema)
+	deadline := time.Now().Add(10 * time.Second)
+	for count(t, db, q, scope, key) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease on %q/%q did not run out within 10s", scope, key)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the database's clock
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/pgxstore"
 )
 
@@ -208,16 +209,33 @@ func checkReplies(t *testing.T, replies []reply) (orig reply, replays, conflicts
 
 // TestMiddlewareParallelIdentical: 20 and 200 identical requests at once create one
 // order; every client gets the original, a byte-identical replay, or 409 + Retry-After.
+// The first request holds its transaction until the database shows the others waiting
+// for it.
 func TestMiddlewareParallelIdentical(t *testing.T) {
 	t.Parallel()
 	isolationLevels(t, func(t *testing.T, iso pgx.TxIsoLevel) {
 		for _, n := range []int{20, 200} {
-			s := newShop(t, iso, core.Config{}, nil)
-			// The first request holds its transaction a moment, so the others pile up
-			// waiting for it.
-			s.before = func(_ *http.Request, attempt int) int {
-				if attempt == 1 {
-					time.Sleep(50 * time.Millisecond)
+			// A pool of the test's own: the first request holds one connection, and up to
+			// poolSize-1 twins can wait in the database at once.
+			db := newPool(t, poolSize, nil)
+			store, schema := newStore(t, db, pgxstore.WithIsolation(iso))
+			s := newShopOn(t, db, store, schema, core.Config{}, nil)
+			want := min(n-1, poolSize-1)
+			s.before = func(r *http.Request, attempt int) int {
+				if attempt != 1 {
+					return 0
+				}
+				ctx := r.Context()
+				var pid int32
+				if err := pgxstore.Tx(ctx).QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+					t.Errorf("the first request's backend: %v", err)
+					return http.StatusInternalServerError
+				}
+				ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+				defer cancel()
+				if err := testdb.AwaitBlockedBy(ctx, pid, want); err != nil {
+					t.Errorf("the twins never waited for the first request: %v", err)
+					return http.StatusInternalServerError
 				}
 				return 0
 			}
@@ -458,7 +476,7 @@ func TestMiddlewareTakeover(t *testing.T) {
 		close(resume)
 		t.Fatalf("retry while the lease is live: got %v, want 409", r)
 	}
-	time.Sleep(lease + 200*time.Millisecond)
+	waitLeaseEnd(t, s.db, s.schema, "acme", "k")
 
 	retry := s.post("k", `{}`)
 	close(resume)

@@ -370,7 +370,8 @@ func TestInsideTx(t *testing.T) {
 // its recovery point; the stale phased lock then loses every write.
 func TestAtomicTakeover(t *testing.T) {
 	t.Parallel()
-	store, _ := newStore(t, sharedPool(t))
+	db := sharedPool(t)
+	store, schema := newStore(t, db)
 	ctx := t.Context()
 	c := testClaim("k", storage.ModePhased)
 	c.Lease = 100 * time.Millisecond
@@ -378,7 +379,7 @@ func TestAtomicTakeover(t *testing.T) {
 	if err := stale.Phase(ctx, "charged", func(context.Context) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	waitLeaseEnd(t, db, schema, c.Scope, c.Key)
 
 	a := c
 	a.Mode = storage.ModeAtomic

@@ -351,6 +351,38 @@ func (b *backend) mustCount(t testing.TB, account, key string) tally {
 	return tl
 }
 
+// awaitLeaseEnd waits until the lease on account's key has run out by the clock the store
+// judges leases by: the database's on PostgreSQL, the application's on SQLite (which
+// gormstore stores as fixed-width UTC text, so the strings compare as the times do).
+// Waiting for the lease to run out is the point; a sleep would guess at it.
+func (b *backend) awaitLeaseEnd(t testing.TB, account, key string) {
+	t.Helper()
+	q := `SELECT count(*) FROM ` + b.table(keyTable) + ` WHERE scope = ? AND idem_key = ? AND state = 'started' AND locked_until <= `
+	if b.spec.Kind == kindGormSQLite {
+		q += "?"
+	} else {
+		q += "now()"
+	}
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		args := []any{account, key}
+		if b.spec.Kind == kindGormSQLite {
+			args = append(args, time.Now().UTC().Format("2006-01-02 15:04:05.000000"))
+		}
+		var n int
+		if err := b.data.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+			t.Fatalf("%s: the key's lease: %v", b.spec.Kind, err)
+		}
+		if n == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the lease on %s/%s did not run out within %v", b.spec.Kind, account, key, waitTimeout)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the lease
+	}
+}
+
 // orders counts account's orders and its key rows, from outside any request.
 func (b *backend) orders(ctx context.Context, account string) (orders, keys int, err error) {
 	if err := b.data.QueryRow(ctx, `SELECT count(*) FROM `+b.table("orders")+` WHERE account = ?`, account).Scan(&orders); err != nil {
@@ -383,7 +415,7 @@ func requireNoLockHolders(t testing.TB, schema string) {
 		if time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // polling pg_locks
 	}
 	t.Errorf("sessions %v still hold locks on the tables of schema %s after every request ended: a transaction was left open", pids, schema)
 	for _, pid := range pids {

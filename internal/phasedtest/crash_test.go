@@ -198,7 +198,7 @@ func crashTrial(t *testing.T, be *backend, tr *trial) {
 				return
 			}
 			tr.conflict++
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // the client's back-off: it retries until the lease runs out
 		case r.Status == http.StatusCreated && tr.boundary == atRecorded:
 			// The response was recorded before the crash: the retry gets it replayed.
 			if !r.replayed() {

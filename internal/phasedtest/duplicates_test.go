@@ -2,6 +2,7 @@ package phasedtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -9,11 +10,12 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // TestParallelDuplicates sends 20 copies of one payment at once, on each store (each
 // framework with each LeaseWait across the stores), while the first attempt's handler
-// takes 300ms. Exactly one handler runs: one
+// holds until every other copy has found its lease live. Exactly one handler runs: one
 // provider charge, one payment, one original 201. Every other copy gets a replay of that
 // 201 or a 409 + Retry-After; with LeaseWait longer than the handler, every copy waits
 // for the lease and gets the replay.
@@ -27,12 +29,25 @@ func TestParallelDuplicates(t *testing.T) {
 			for wi, leaseWait := range []time.Duration{0, 10 * time.Second} {
 				var mu sync.Mutex
 				runs := map[string]int{} // handler runs by key
-				a := newApp(be, time.Minute, func(_ context.Context, op *core.Operation, at string) error {
-					if at == atStarted {
-						mu.Lock()
-						runs[op.Key()]++
-						mu.Unlock()
-						time.Sleep(300 * time.Millisecond)
+				watched := *be
+				leases := watchLeases(be.store, copies)
+				watched.store = leases
+				a := newApp(&watched, time.Minute, func(ctx context.Context, op *core.Operation, at string) error {
+					if at != atStarted {
+						return nil
+					}
+					mu.Lock()
+					runs[op.Key()]++
+					mu.Unlock()
+					for n := range copies - 1 { // the others found the lease live: answered 409, or waiting
+						select {
+						case <-leases.found:
+						case <-ctx.Done():
+							return context.Cause(ctx)
+						case <-time.After(waitTimeout):
+							t.Errorf("only %d of the %d other copies found the lease live within %v", n, copies-1, waitTimeout)
+							return errInjected
+						}
 					}
 					return nil
 				})
@@ -86,6 +101,9 @@ func TestParallelDuplicates(t *testing.T) {
 					if leaseWait > 0 && len(conflicts) > 0 {
 						t.Errorf("%d copies got 409 although LeaseWait (%v) outlasts the handler", len(conflicts), leaseWait)
 					}
+					if leaseWait == 0 && len(conflicts) != copies-1 {
+						t.Errorf("%d copies got 409, want all %d: each found the lease live, and LeaseWait is 0", len(conflicts), copies-1)
+					}
 					tl := be.mustCount(t, account, key)
 					if err := checkDone(tl, first); err != nil {
 						t.Error(err)
@@ -101,4 +119,36 @@ func TestParallelDuplicates(t *testing.T) {
 			}
 		})
 	}
+}
+
+// leaseWatch is a store that tells when a request finds a key held by another: a claim
+// that reports the key started, or in progress (SQLite's write lock ran out).
+type leaseWatch struct {
+	storage.Store
+	mu   sync.Mutex
+	seen map[context.Context]bool // the requests that found a key held; a request's claims (LeaseWait's polls) share its context
+	// found receives once for each request that finds a key held.
+	found chan struct{}
+}
+
+// watchLeases wraps s for a test of up to n requests.
+func watchLeases(s storage.Store, n int) *leaseWatch {
+	return &leaseWatch{Store: s, seen: map[context.Context]bool{}, found: make(chan struct{}, n)}
+}
+
+func (w *leaseWatch) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
+	lock, rec, err := w.Store.Claim(ctx, c)
+	if (err == nil && rec != nil && rec.State == storage.StateStarted) || errors.Is(err, storage.ErrInProgress) {
+		w.mu.Lock()
+		first := !w.seen[ctx]
+		w.seen[ctx] = true
+		w.mu.Unlock()
+		if first {
+			select {
+			case w.found <- struct{}{}:
+			default:
+			}
+		}
+	}
+	return lock, rec, err
 }

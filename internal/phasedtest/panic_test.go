@@ -59,7 +59,7 @@ func TestPanicInsidePhaseEndsItsTransaction(t *testing.T) {
 			}
 			deadline := time.Now().Add(3 * time.Second)
 			for be.inUse() > 0 && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond) // polling the pool
 			}
 			if n := be.inUse(); n > 0 {
 				t.Errorf("%d of the store's connections still in use after the request ended: the phase's transaction was never ended", n)

@@ -47,7 +47,7 @@ func TestTakeoverRace(t *testing.T) {
 
 			doneA := postAsync(base, "/v1/payments", account, key, paymentBody)
 			wait(t, stalled.entered, "worker A's charge_created phase")
-			time.Sleep(lease + 300*time.Millisecond) // A's lease, renewed by its phase, runs out
+			be.awaitLeaseEnd(t, account, key) // A's lease, renewed by its phase, runs out
 
 			go1 := make(chan struct{})
 			var racers [2]<-chan result

@@ -351,7 +351,7 @@ func TestKeyFloodFromOneScope(t *testing.T) {
 			t.Errorf("victim request %d during the flood: %v", victim, r)
 		}
 		victim++
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the victim's pace during the flood, not a synchronisation
 	}
 	wg.Wait()
 	elapsed := time.Since(start)

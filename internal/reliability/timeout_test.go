@@ -1,6 +1,7 @@
 package reliability_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"sync"
@@ -244,7 +245,14 @@ func TestRepeatableReadTwins(t *testing.T) {
 func TestSerializableWriteSkewAnswers503(t *testing.T) {
 	t.Parallel()
 	d := newDB(t)
-	in := newInstance(t, d, instanceConfig{direct: true, iso: pgx.Serializable, cfg: core.Config{LockWait: 10 * time.Second}})
+	aDone := make(chan struct{}) // skew-a's request is over: committed, or failed
+	var aOnce sync.Once
+	seeA := core.HookFunc(func(_ context.Context, ev core.Event) {
+		if ev.Key == "skew-a" && ev.Outcome.Final() {
+			aOnce.Do(func() { close(aDone) })
+		}
+	})
+	in := newInstance(t, d, instanceConfig{direct: true, iso: pgx.Serializable, cfg: core.Config{LockWait: 10 * time.Second, Hooks: seeA}})
 	var read sync.WaitGroup
 	read.Add(2)
 	written := make(chan struct{})
@@ -265,7 +273,11 @@ func TestSerializableWriteSkewAnswers503(t *testing.T) {
 			writes.Done()
 			<-written
 			if core.OperationFrom(r.Context()).Key() == "skew-b" {
-				time.Sleep(100 * time.Millisecond)
+				select {
+				case <-aDone:
+				case <-time.After(10 * time.Second):
+					t.Error("skew-a never finished while skew-b waited for it")
+				}
 			}
 			return 0
 		},

@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"os"
 	"strings"
@@ -54,6 +55,15 @@ var (
 
 func adminPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
+	pool, err := openAdmin()
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	return pool
+}
+
+// openAdmin opens testdb's own pool once; its error says how to start the server.
+func openAdmin() (*pgxpool.Pool, error) {
 	adminOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -61,11 +71,11 @@ func adminPool(t testing.TB) *pgxpool.Pool {
 		if adminErr == nil {
 			adminErr = admin.Ping(ctx)
 		}
+		if adminErr != nil {
+			adminErr = fmt.Errorf("PostgreSQL at %s is unreachable (%w); %s", PostgresURL(), adminErr, startPostgres)
+		}
 	})
-	if adminErr != nil {
-		t.Fatalf("testdb: PostgreSQL at %s is unreachable (%v); %s", PostgresURL(), adminErr, startPostgres)
-	}
-	return admin
+	return admin, adminErr
 }
 
 // Name returns a fresh identifier with the given prefix, safe as a schema, database or
