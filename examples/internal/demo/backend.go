@@ -23,8 +23,11 @@ const poolSize = 8
 
 // sqliteParams: WAL, so GETs read while a request holds the write lock; a busy timeout,
 // so writers outside the key store's claims (the provider) wait for the lock instead of
-// failing at once; NORMAL sync, which WAL keeps crash-safe.
-const sqliteParams = "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=synchronous(NORMAL)"
+// failing at once; FULL sync, because in WAL mode NORMAL syncs only at checkpoints: it
+// survives a crash of the process, but a power loss may drop the last transactions that
+// committed, and with them a key whose 201 the client already has. An acknowledged
+// answer must be durable.
+const sqliteParams = "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=synchronous(FULL)"
 
 // backend is one of the four ways the demo stores its data: SQLite or MySQL/MariaDB
 // through GORM, or PostgreSQL through pgx or GORM.
