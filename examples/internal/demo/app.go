@@ -59,7 +59,8 @@ func (a *App) Close() { a.be.close() }
 // StoreName says which database and store the App runs on, for the log.
 func (a *App) StoreName() string { return a.be.name }
 
-// Sweeper deletes expired keys every interval, logging each sweep at debug level.
+// Sweeper deletes expired keys every interval, logging each sweep at debug level. It
+// sweeps the database: keys in Redis (-store redis) expire by themselves.
 func (a *App) Sweeper() *core.Sweeper {
 	return &core.Sweeper{Store: a.be.store, Interval: sweepInterval, Logger: a.log}
 }
@@ -74,9 +75,10 @@ func (a *App) OrdersIdem() core.Config {
 
 // PaymentsIdem is the middleware configuration of POST /v1/payments: phased mode, so
 // the provider call is recorded by its own committed phase and a retry after a crash
-// resumes after it.
+// resumes after it. Its keys are in Redis with -store redis, in the database otherwise.
 func (a *App) PaymentsIdem() core.Config {
 	c := a.idem()
+	c.Store = a.be.payments
 	c.Mode = core.ModePhased
 	return c
 }
