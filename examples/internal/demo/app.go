@@ -23,7 +23,8 @@ type App struct {
 	be       *backend
 	provider *provider
 	obs      *observer // /metrics and the access log
-	// crash ends the process after a phase committed (-crash-after).
+	// crash ends the process after a phase committed, or the payment row was written
+	// (-crash-after).
 	crash func(phase string)
 }
 
@@ -47,7 +48,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	}
 	a := &App{cfg: cfg, log: log, be: be, provider: &provider{be: be}, obs: obs}
 	a.crash = func(phase string) {
-		log.Warn("crash injected: exiting with status 3 after phase " + phase + " committed")
+		log.Warn("crash injected: exiting with status 3 after " + phase)
 		os.Exit(3)
 	}
 	return a, nil

@@ -25,6 +25,12 @@ const (
 	PhaseChargeCreated = "charge_created"        // the provider's charge is recorded locally
 )
 
+// CrashPaymentWritten is the last point -crash-after accepts, after the phases: the
+// payment row is written and its 201 not yet recorded. With -store redis the row has
+// committed on its own, and the retry must find it rather than write a second; with a
+// SQL store it is still uncommitted, and dies with the process.
+const CrashPaymentWritten = "payment_written"
+
 // Store names, for -store and IDEM_STORE.
 const (
 	StorePgx   = "pgx"
@@ -66,8 +72,8 @@ type Config struct {
 	// Default: 60s.
 	Lease time.Duration
 	// CrashAfter makes the process exit with status 3 right after this payment phase
-	// commits, before any response (-crash-after, IDEM_CRASH_AFTER): started or
-	// charge_created. Default: "" (off).
+	// commits, before any response (-crash-after, IDEM_CRASH_AFTER): started,
+	// charge_created, or payment_written (CrashPaymentWritten). Default: "" (off).
 	CrashAfter string
 	// LogLevel is the lowest level logged (-log-level, LOG_LEVEL): debug shows the
 	// sweeper and every idempotency outcome. Default: info.
@@ -177,7 +183,8 @@ func ParseConfig(name string, args []string, getenv func(string) string, out io.
 		c.Lease = d
 		return err
 	})
-	fs.StringVar(&c.CrashAfter, "crash-after", c.CrashAfter, "exit with status 3 right after this payment `phase` commits: started or charge_created (env IDEM_CRASH_AFTER)")
+	fs.StringVar(&c.CrashAfter, "crash-after", c.CrashAfter, "exit with status 3 right after this payment `phase` commits: started or charge_created, "+
+		"or payment_written, after the payment row (env IDEM_CRASH_AFTER)")
 	fs.TextVar(&c.LogLevel, "log-level", c.LogLevel, "lowest `level` logged: debug, info, warn or error (env LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -220,8 +227,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("-lease: %s is not positive", c.Lease)
 	case c.Lease > storage.DefaultRetention:
 		return fmt.Errorf("-lease: %s is longer than the keys' retention (%s)", c.Lease, storage.DefaultRetention)
-	case c.CrashAfter != "" && c.CrashAfter != PhaseStarted && c.CrashAfter != PhaseChargeCreated:
-		return fmt.Errorf("-crash-after: %q is not a payment phase (%s or %s)", c.CrashAfter, PhaseStarted, PhaseChargeCreated)
+	case c.CrashAfter != "" && c.CrashAfter != PhaseStarted && c.CrashAfter != PhaseChargeCreated && c.CrashAfter != CrashPaymentWritten:
+		return fmt.Errorf("-crash-after: %q is not a payment phase (%s or %s) nor %s", c.CrashAfter, PhaseStarted, PhaseChargeCreated, CrashPaymentWritten)
 	}
 	switch kind, target := c.database(); {
 	case kind == kindSQLite && target == "":

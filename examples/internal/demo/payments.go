@@ -99,6 +99,9 @@ func (a *App) CreatePayment(r *http.Request, account string) Reply {
 	if err != nil {
 		return a.fail(ctx, "payments: record the payment", err)
 	}
+	if a.cfg.CrashAfter == CrashPaymentWritten {
+		a.crash(CrashPaymentWritten) // on every attempt: the row is written on every attempt
+	}
 	return jsonReply(http.StatusCreated, p, "Location", "/v1/payments/"+p.ID)
 }
 
