@@ -114,7 +114,9 @@ func onRedis(name string, db storage) storage {
 	return storage{name: name, redis: true, setup: func(t *testing.T) (string, []string) {
 		dir, env := db.setup(t)
 		client, prefix := testdb.Redis(t) // fails the test when Redis is unreachable
-		t.Cleanup(func() { // before testdb's cleanup deletes them: every test sends payments
+		// Every test sends payments: their keys must be in Redis (checked before testdb's
+		// cleanup deletes them).
+		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			iter := client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
