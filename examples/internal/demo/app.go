@@ -38,7 +38,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	be, err := openBackend(ctx, cfg)
+	be, err := openBackend(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}

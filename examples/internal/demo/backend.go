@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -52,8 +53,9 @@ type backend struct {
 }
 
 // openBackend connects to the database cfg names, and to Redis with -store redis, and
-// returns the stores; nothing is created yet.
-func openBackend(ctx context.Context, cfg Config) (*backend, error) {
+// returns the stores; nothing is created yet. go-redis's own messages (a failed dial,
+// say) go to log.
+func openBackend(ctx context.Context, cfg Config, log *slog.Logger) (*backend, error) {
 	b, err := openDatabase(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -62,6 +64,7 @@ func openBackend(ctx context.Context, cfg Config) (*backend, error) {
 	if cfg.Store != StoreRedis {
 		return b, nil
 	}
+	redis.SetLogger(redisLog{log}) // the process's one client: go-redis's logger is global
 	client := redis.NewClient(&redis.Options{
 		Addr:                  cfg.Redis,
 		PoolSize:              poolSize,
@@ -80,6 +83,13 @@ func openBackend(ctx context.Context, cfg Config) (*backend, error) {
 		closeDB()
 	}
 	return b, nil
+}
+
+// redisLog writes go-redis's messages to the server's log, at Warn.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, fmt.Sprintf(format, v...)) // go-redis starts each with "redis: "
 }
 
 // openDatabase connects to the database cfg names and returns its store.
