@@ -83,15 +83,21 @@ func (a *App) CreatePayment(r *http.Request, account string) Reply {
 		a.crash(PhaseChargeCreated)
 	}
 
-	var p Payment
-	err = a.be.paymentTx(ctx, func(q querier) error { // with a SQL store: the final transaction
-		if !ran { // resumed after charge_created: read what that phase recorded
-			err := q.QueryRow(ctx, `SELECT charge_id FROM payment_charges WHERE account = ? AND idempotency_key = ?`,
+	// With a SQL store both steps below run in the final transaction. With Redis each has
+	// its own: on SQLite a transaction that reads and then writes is refused at once
+	// (SQLITE_BUSY_SNAPSHOT) when another writer committed in between, while one that
+	// writes first waits for the lock.
+	if !ran { // resumed after charge_created: read what that phase recorded
+		err := a.be.paymentTx(ctx, func(q querier) error {
+			return q.QueryRow(ctx, `SELECT charge_id FROM payment_charges WHERE account = ? AND idempotency_key = ?`,
 				account, op.Key()).Scan(&charge.ID)
-			if err != nil {
-				return fmt.Errorf("read the recorded charge: %w", err)
-			}
+		})
+		if err != nil {
+			return a.fail(ctx, "payments: read the recorded charge", err)
 		}
+	}
+	var p Payment
+	err = a.be.paymentTx(ctx, func(q querier) error {
 		var err error
 		p, err = a.insertPayment(ctx, q, account, op.Key(), in, charge.ID)
 		return err
