@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // TestCrashRecovery kills a payment right after its charge_created phase committed
@@ -12,7 +14,10 @@ import (
 // another body); once it has passed, the retry resumes after the recorded phase and
 // completes the payment exactly once, with the one provider charge made before the crash.
 // A crash right after the claim (-crash-after started) is taken over the same way and
-// runs from the start.
+// runs from the start. A crash right after the payment row was written, before its 201
+// was recorded (-crash-after payment_written), leaves the row committed when the keys
+// are in Redis (rolled back with the key's transaction otherwise): the retry finds it
+// and answers with it, and the key still has one payment.
 func TestCrashRecovery(t *testing.T) {
 	const lease = 2 * time.Second
 	eachExample(t, func(t *testing.T, app string, st storage) {
@@ -34,6 +39,12 @@ func TestCrashRecovery(t *testing.T) {
 		early, earlyKey := newAccount(), newKey()
 		s = start(t, app, dir, env, "-crash-after", "started", "-lease", lease.String())
 		crash(t, s, early, earlyKey)
+
+		// A crash right after the payment row, before the 201 was recorded.
+		late, lateKey := newAccount(), newKey()
+		s = start(t, app, dir, env, "-crash-after", "payment_written", "-lease", lease.String())
+		lateCrashed := time.Now()
+		crash(t, s, late, lateKey)
 
 		s = start(t, app, dir, env, "-lease", lease.String())
 
@@ -64,6 +75,20 @@ func TestCrashRecovery(t *testing.T) {
 
 		earlyDone := resume(t, s, early, earlyKey, crashed, lease)
 		requireOneCharge(t, s, early, earlyKey, str(t, earlyDone.Body, "charge_id"), 1250)
+
+		// The row written before the crash committed on its own with Redis, and is what
+		// the retry answers (same id, same created_at); with a SQL store it rolled back.
+		written := list(t, s.get(t, "/v1/payments", late), "payments")
+		want := 0
+		if st.redis {
+			want = 1
+		}
+		require.Len(t, written, want, "payments written before the crash")
+		lateDone := resume(t, s, late, lateKey, lateCrashed, lease)
+		requireOneCharge(t, s, late, lateKey, str(t, lateDone.Body, "charge_id"), 1250)
+		if st.redis {
+			requireSameFields(t, lateDone.Body, written[0])
+		}
 
 		// The held key's account has its one charge and no payment.
 		requireOneCharge(t, s, held, heldKey, "", 1250)

@@ -2,8 +2,9 @@
 // examples/gin-orders and examples/echo-orders once (with -race when the tests run with
 // it), and the tests start them as processes on free loopback ports, against a fresh
 // SQLite file, a fresh PostgreSQL schema with each store (pgx, gorm) and a fresh MariaDB
-// database (gorm), and drive them over real HTTP as any client would, per the contract
-// in examples/README.md.
+// database (gorm), and again on SQLite, PostgreSQL and MariaDB with -store redis (the
+// payments' keys in Redis, under a key prefix of the test's own), and drive them over
+// real HTTP as any client would, per the contract in examples/README.md.
 //
 //	go test -race -count=1 ./examples/e2e
 //
@@ -15,6 +16,7 @@
 //
 //	IDEM_KILL_TRIALS=20 go test -count=1 -timeout 40m -run TestKillUnderLoad -v ./examples/e2e
 //
-// PostgreSQL and MariaDB must be reachable (TEST_DATABASE_URL and TEST_MYSQL_DSN, default
-// the local servers); the tests fail, never skip, when they are not.
+// PostgreSQL, MariaDB and Redis must be reachable (TEST_DATABASE_URL, TEST_MYSQL_DSN and
+// TEST_REDIS_ADDR, default the local servers); the tests fail, never skip, when they are
+// not.
 package e2e

@@ -80,23 +80,52 @@ type storage struct {
 	name string
 	// setup returns the app's working directory and environment for a fresh database.
 	setup func(t *testing.T) (dir string, env []string)
+	// redis: the payments' keys are in Redis (-store redis), so a payment's rows commit
+	// on their own, before its recovery point or its response.
+	redis bool
 }
 
-var storages = []storage{
-	{"sqlite", func(t *testing.T) (string, []string) {
+var (
+	sqlite = storage{name: "sqlite", setup: func(t *testing.T) (string, []string) {
 		return t.TempDir(), nil // no DATABASE_URL: the default orders.db in the working directory
-	}},
-	{"postgres-pgx", func(t *testing.T) (string, []string) {
+	}}
+	postgresPgx = storage{name: "postgres-pgx", setup: func(t *testing.T) (string, []string) {
 		url, _ := testdb.PostgresSchema(t)                  // fails the test when PostgreSQL is unreachable
 		return t.TempDir(), []string{"DATABASE_URL=" + url} // IDEM_STORE unset: pgx by default
-	}},
-	{"postgres-gorm", func(t *testing.T) (string, []string) {
+	}}
+	postgresGorm = storage{name: "postgres-gorm", setup: func(t *testing.T) (string, []string) {
 		url, _ := testdb.PostgresSchema(t)
 		return t.TempDir(), []string{"DATABASE_URL=" + url, "IDEM_STORE=gorm"}
-	}},
-	{"mariadb", func(t *testing.T) (string, []string) {
+	}}
+	mariadb = storage{name: "mariadb", setup: func(t *testing.T) (string, []string) {
 		return t.TempDir(), []string{"DATABASE_URL=" + mysqlURL(t)} // gormstore: the only store for MySQL
-	}},
+	}}
+)
+
+var storages = []storage{
+	sqlite, postgresPgx, postgresGorm, mariadb,
+	onRedis("sqlite-redis", sqlite), onRedis("postgres-redis", postgresPgx), onRedis("mariadb-redis", mariadb),
+}
+
+// onRedis is db with -store redis, called name: the payments' keys in the test Redis,
+// under a prefix of the test's own whose keys are deleted when it ends; every other key
+// stays in db's database, with its default store. db must leave IDEM_STORE unset.
+func onRedis(name string, db storage) storage {
+	return storage{name: name, redis: true, setup: func(t *testing.T) (string, []string) {
+		dir, env := db.setup(t)
+		client, prefix := testdb.Redis(t) // fails the test when Redis is unreachable
+		// Every test sends payments: their keys must be in Redis (checked before testdb's
+		// cleanup deletes them).
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			iter := client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+			if !iter.Next(ctx) && iter.Err() == nil {
+				t.Errorf("no Redis key under %s: the payments' keys did not go to Redis", prefix)
+			}
+		})
+		return dir, append(env, "IDEM_STORE=redis", "REDIS_ADDR="+testdb.RedisAddr(), "IDEM_REDIS_PREFIX="+prefix)
+	}}
 }
 
 // mysqlURL creates a database of the test's own on the MariaDB/MySQL server and returns
@@ -177,7 +206,7 @@ func cleanEnv() []string {
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		switch {
-		case name == "ADDR", name == "DATABASE_URL", name == "LOG_LEVEL", strings.HasPrefix(name, "IDEM_"), name == "GORACE":
+		case name == "ADDR", name == "DATABASE_URL", name == "REDIS_ADDR", name == "LOG_LEVEL", strings.HasPrefix(name, "IDEM_"), name == "GORACE":
 			continue
 		}
 		env = append(env, kv)

@@ -6,15 +6,16 @@
 //	go run ./examples/echo-orders                      # SQLite file orders.db, 127.0.0.1:8080
 //	DATABASE_URL=postgres://… go run ./examples/echo-orders -store gorm
 //	go run ./examples/echo-orders -db mysql://root@127.0.0.1:3306/test   # MySQL or MariaDB
+//	go run ./examples/echo-orders -store redis         # payments' keys in Redis
 //
 // To stop it with a signal or see its exit status, build it and run the binary (go run
 // is a separate process, and reports any failure as status 1):
 //
 //	go build -o /tmp/echo-orders ./examples/echo-orders && /tmp/echo-orders -crash-after charge_created
 //
-// Flags (and environment): -addr (ADDR), -db (DATABASE_URL), -store pgx|gorm
-// (IDEM_STORE), -lease (IDEM_LEASE), -crash-after PHASE (IDEM_CRASH_AFTER), -log-level
-// (LOG_LEVEL).
+// Flags (and environment): -addr (ADDR), -db (DATABASE_URL), -store pgx|gorm|redis
+// (IDEM_STORE), -redis (REDIS_ADDR), -redis-prefix (IDEM_REDIS_PREFIX), -lease
+// (IDEM_LEASE), -crash-after PHASE (IDEM_CRASH_AFTER), -log-level (LOG_LEVEL).
 package main
 
 import (

@@ -29,7 +29,8 @@
 //
 // With -spawn gin|echo it builds that example server with the go command (so run it from
 // inside the module), starts it on a free loopback port in a temporary directory (a
-// fresh SQLite file unless -db names a database; -store picks the PostgreSQL store), and
-// stops it when done. The server's configuration comes from these flags only: ADDR,
-// DATABASE_URL, IDEM_* and LOG_LEVEL are removed from its environment.
+// fresh SQLite file unless -db names a database; -store picks the PostgreSQL store, or
+// redis for the payments' keys in the Redis at 127.0.0.1:6379), and stops it when done.
+// The server's configuration comes from these flags only: ADDR, DATABASE_URL,
+// REDIS_ADDR, IDEM_* and LOG_LEVEL are removed from its environment.
 package main

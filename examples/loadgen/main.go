@@ -107,7 +107,7 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	fs.Uint64Var(&c.seed, "seed", 0, "seed of the plan (default: random)")
 	fs.StringVar(&c.spawn, "spawn", "", "gin or echo: build and start that example server on a free port instead of using -url")
 	fs.StringVar(&c.db, "db", "", "with -spawn: the server's -db (default: a fresh SQLite file)")
-	fs.StringVar(&c.store, "store", "", "with -spawn: the server's -store, pgx or gorm (for a postgres:// -db)")
+	fs.StringVar(&c.store, "store", "", "with -spawn: the server's -store: pgx or gorm (for a postgres:// -db), or redis (the payments' keys in the Redis at 127.0.0.1:6379)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}

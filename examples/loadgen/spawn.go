@@ -141,7 +141,7 @@ func serverEnv() []string {
 	}
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
-		if name == "ADDR" || name == "DATABASE_URL" || name == "LOG_LEVEL" || strings.HasPrefix(name, "IDEM_") {
+		if name == "ADDR" || name == "DATABASE_URL" || name == "REDIS_ADDR" || name == "LOG_LEVEL" || strings.HasPrefix(name, "IDEM_") {
 			continue
 		}
 		env = append(env, kv)

@@ -2,12 +2,17 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
 
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // AccountHeader carries the caller's account: a stand-in for real authentication.
@@ -15,7 +20,8 @@ import (
 const AccountHeader = "X-Account-ID"
 
 // App is the demo's domain: orders, payments and a fake payment provider on one
-// database, with the idempotency store that protects the keyed routes. Its methods are
+// database, with the idempotency stores that protect the keyed routes (the database's,
+// and Redis for the payments with -store redis). Its methods are
 // the handlers' logic; the servers only route requests to them and write their Reply.
 type App struct {
 	cfg      Config
@@ -23,7 +29,8 @@ type App struct {
 	be       *backend
 	provider *provider
 	obs      *observer // /metrics and the access log
-	// crash ends the process after a phase committed (-crash-after).
+	// crash ends the process after a phase committed, or the payment row was written
+	// (-crash-after).
 	crash func(phase string)
 }
 
@@ -37,7 +44,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	be, err := openBackend(ctx, cfg)
+	be, err := openBackend(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +54,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	}
 	a := &App{cfg: cfg, log: log, be: be, provider: &provider{be: be}, obs: obs}
 	a.crash = func(phase string) {
-		log.Warn("crash injected: exiting with status 3 after phase " + phase + " committed")
+		log.Warn("crash injected: exiting with status 3 after " + phase)
 		os.Exit(3)
 	}
 	return a, nil
@@ -59,7 +66,8 @@ func (a *App) Close() { a.be.close() }
 // StoreName says which database and store the App runs on, for the log.
 func (a *App) StoreName() string { return a.be.name }
 
-// Sweeper deletes expired keys every interval, logging each sweep at debug level.
+// Sweeper deletes expired keys every interval, logging each sweep at debug level. It
+// sweeps the database: keys in Redis (-store redis) expire by themselves.
 func (a *App) Sweeper() *core.Sweeper {
 	return &core.Sweeper{Store: a.be.store, Interval: sweepInterval, Logger: a.log}
 }
@@ -74,9 +82,10 @@ func (a *App) OrdersIdem() core.Config {
 
 // PaymentsIdem is the middleware configuration of POST /v1/payments: phased mode, so
 // the provider call is recorded by its own committed phase and a retry after a crash
-// resumes after it.
+// resumes after it. Its keys are in Redis with -store redis, in the database otherwise.
 func (a *App) PaymentsIdem() core.Config {
 	c := a.idem()
+	c.Store = a.be.payments
 	c.Mode = core.ModePhased
 	return c
 }
@@ -135,8 +144,38 @@ func (a *App) readBody(r *http.Request) ([]byte, *Reply) {
 	return body, nil
 }
 
-// fail logs err and answers 500: the key is released and a retry runs again.
+// fail logs err and answers it: 503 + Retry-After when the database was only busy
+// (see busy), 500 otherwise. Neither is stored: the key is released, and a retry with it
+// runs again.
 func (a *App) fail(ctx context.Context, what string, err error) Reply {
 	a.log.LogAttrs(ctx, slog.LevelError, what, slog.Any("error", err))
+	if busy(err) {
+		return Unavailable()
+	}
 	return Internal()
+}
+
+// busy reports whether err says the database was busy rather than broken, so the same
+// request may succeed when sent again: a lock wait that ran out (SQLite's busy_timeout,
+// which a writer can exhaust under a steady stream of others, MySQL's
+// innodb_lock_wait_timeout, PostgreSQL's lock_timeout), a deadlock or a serialization
+// failure, or a key store's word for one of those.
+func busy(err error) bool {
+	if errors.Is(err, storage.ErrInProgress) || errors.Is(err, storage.ErrTransient) {
+		return true
+	}
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code == "55P03" || pg.Code == "40001" || pg.Code == "40P01"
+	}
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		return my.Number == 1205 || my.Number == 1213 // ER_LOCK_WAIT_TIMEOUT, ER_LOCK_DEADLOCK
+	}
+	var lite interface{ Code() int } // the SQLite driver's error
+	if errors.As(err, &lite) {
+		code := lite.Code() & 0xff    // the primary code of an extended one (517 is SQLITE_BUSY_SNAPSHOT)
+		return code == 5 || code == 6 // SQLITE_BUSY, SQLITE_LOCKED
+	}
+	return false
 }

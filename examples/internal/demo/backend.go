@@ -3,11 +3,13 @@ package demo
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/glebarez/sqlite"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -16,6 +18,7 @@ import (
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
 	"github.com/idemkit/idem/pgxstore"
+	"github.com/idemkit/idem/redisstore"
 )
 
 // poolSize caps the database connections of one server.
@@ -23,27 +26,74 @@ const poolSize = 8
 
 // sqliteParams: WAL, so GETs read while a request holds the write lock; a busy timeout,
 // so writers outside the key store's claims (the provider) wait for the lock instead of
-// failing at once; NORMAL sync, which WAL keeps crash-safe.
-const sqliteParams = "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=synchronous(NORMAL)"
+// failing at once; FULL sync, because in WAL mode NORMAL syncs only at checkpoints: it
+// survives a crash of the process, but a power loss may drop the last transactions that
+// committed, and with them a key whose 201 the client already has. An acknowledged
+// answer must be durable.
+const sqliteParams = "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=synchronous(FULL)"
 
-// backend is one of the four ways the demo stores its data: SQLite or MySQL/MariaDB
-// through GORM, or PostgreSQL through pgx or GORM.
+// backend is one of the ways the demo stores its data: SQLite or MySQL/MariaDB through
+// GORM, or PostgreSQL through pgx or GORM; with -store redis, the payments' keys in Redis.
 type backend struct {
-	name    string // "sqlite (gorm)", "postgres (pgx)", "postgres (gorm)", "mysql (gorm)"
-	dialect string // SQL dialect: kindSQLite, kindPostgres or kindMySQL
-	store   storage.Store
+	name    string                          // "sqlite (gorm)", "postgres (pgx)", "postgres (gorm)", "mysql (gorm)", plus Redis's
+	dialect string                          // SQL dialect: kindSQLite, kindPostgres or kindMySQL
+	store   storage.Store                   // the keys of the atomic routes (orders, webhooks), in the database
 	migrate func(ctx context.Context) error // the key table
-	db      querier                         // the plain pool: reads
-	begin   func(ctx context.Context) (txQuerier, error)
+	// payments holds the payments' keys: store, or a redisstore with -store redis.
+	payments storage.Store
+	// paymentsInTx: the payments' store shares its transactions with the handler (the
+	// SQL stores), so a payment's rows commit with its phase or its response.
+	paymentsInTx bool
+	db           querier // the plain pool: reads
+	begin        func(ctx context.Context) (txQuerier, error)
 	// tx returns the request's idempotency transaction (pgxstore.Tx, gormstore.DB): the
 	// claim's in atomic mode, a phase's inside a phase, the final one otherwise.
 	tx    func(ctx context.Context) (querier, error)
 	close func()
 }
 
-// openBackend connects to the database cfg names and returns its store; nothing is
-// created yet.
-func openBackend(ctx context.Context, cfg Config) (*backend, error) {
+// openBackend connects to the database cfg names, and to Redis with -store redis, and
+// returns the stores; nothing is created yet. go-redis's own messages (a failed dial,
+// say) go to log.
+func openBackend(ctx context.Context, cfg Config, log *slog.Logger) (*backend, error) {
+	b, err := openDatabase(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	b.payments, b.paymentsInTx = b.store, true
+	if cfg.Store != StoreRedis {
+		return b, nil
+	}
+	redis.SetLogger(redisLog{log}) // the process's one client: go-redis's logger is global
+	client := redis.NewClient(&redis.Options{
+		Addr:                  cfg.Redis,
+		PoolSize:              poolSize,
+		ContextTimeoutEnabled: true, // the engine's StoreTimeout bounds every call, so a paused Redis answers 503
+	})
+	if err := client.Ping(ctx).Err(); err != nil {
+		_ = client.Close()
+		b.close()
+		return nil, fmt.Errorf("connect to Redis at %s: %w", cfg.Redis, err)
+	}
+	b.payments, b.paymentsInTx = redisstore.New(client, redisstore.WithPrefix(cfg.RedisPrefix)), false
+	b.name += fmt.Sprintf("; payments' keys on redis %s, prefix %q", cfg.Redis, cfg.RedisPrefix)
+	closeDB := b.close
+	b.close = func() {
+		_ = client.Close()
+		closeDB()
+	}
+	return b, nil
+}
+
+// redisLog writes go-redis's messages to the server's log, at Warn.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, fmt.Sprintf(format, v...)) // go-redis starts each with "redis: "
+}
+
+// openDatabase connects to the database cfg names and returns its store.
+func openDatabase(ctx context.Context, cfg Config) (*backend, error) {
 	kind, target := cfg.database()
 	switch {
 	case kind == kindSQLite:
@@ -168,6 +218,41 @@ func (b *backend) insertID(ctx context.Context, q querier, insert string, args .
 	return id, err
 }
 
+// paymentTx runs fn on the transaction a payment's writes belong in. When the payments'
+// keys are in the database that is the request's idempotency transaction (tx): a
+// phase's, or the final one, so the rows commit together with the recovery point or the
+// recorded response. Redis has no transaction to share: fn runs in one of its own, which
+// commits before the point or the response reaches Redis, and a crash between the two
+// makes the retry run fn again. That is why every write of a payment is idempotent by
+// itself (an upsert or an insert-or-get on a unique key), whichever store holds the keys.
+func (b *backend) paymentTx(ctx context.Context, fn func(q querier) error) error {
+	if b.paymentsInTx {
+		tx, err := b.tx(ctx)
+		if err != nil {
+			return err
+		}
+		return fn(tx)
+	}
+	tx, err := b.begin(ctx)
+	if err != nil {
+		return err
+	}
+	committed := false
+	defer func() {
+		if !committed { // fn failed or panicked, or the commit failed
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	committed = true
+	return nil
+}
+
 // upsert is the dialect's "INSERT … ON CONFLICT (cols) DO UPDATE SET col = the new
 // value" (set "" for DO NOTHING), appended to an INSERT statement.
 func (b *backend) upsert(conflict, set string) string {
@@ -192,6 +277,11 @@ func (b *backend) createSchema(ctx context.Context) error {
 			return fmt.Errorf("create schema: %w", err)
 		}
 	}
+	// CREATE TABLE IF NOT EXISTS keeps a payments table made by an older demo as it was.
+	if err := b.db.Exec(ctx, `SELECT idempotency_key FROM payments WHERE 1 = 0`); err != nil {
+		return fmt.Errorf("the payments table predates its idempotency_key column (%w): "+
+			"start on a new database, or drop the old payments table", err)
+	}
 	if err := b.migrate(ctx); err != nil {
 		return fmt.Errorf("create the key table: %w", err)
 	}
@@ -200,7 +290,9 @@ func (b *backend) createSchema(ctx context.Context) error {
 
 // The business tables. orders and payments are the API's; payment_charges records the
 // charge_created phase (which provider charge a payment key got); provider_charges is the
-// fake provider's own table.
+// fake provider's own table. The payment tables are unique by (account, idempotency key),
+// and the provider's by (account, derived key): each write of a payment is idempotent by
+// itself (see paymentTx).
 var postgresSchema = []string{
 	`CREATE TABLE IF NOT EXISTS orders (
 		id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
@@ -213,10 +305,12 @@ var postgresSchema = []string{
 	`CREATE TABLE IF NOT EXISTS payments (
 		id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
 		account text NOT NULL,
+		idempotency_key text NOT NULL,
 		amount_cents bigint NOT NULL CHECK (amount_cents >= 1),
 		currency text NOT NULL,
 		charge_id text NOT NULL,
-		created_at timestamptz NOT NULL
+		created_at timestamptz NOT NULL,
+		UNIQUE (account, idempotency_key)
 	)`,
 	`CREATE INDEX IF NOT EXISTS payments_account_id ON payments (account, id)`,
 	`CREATE TABLE IF NOT EXISTS payment_charges (
@@ -249,10 +343,12 @@ var sqliteSchema = []string{
 	`CREATE TABLE IF NOT EXISTS payments (
 		id INTEGER PRIMARY KEY AUTOINCREMENT,
 		account TEXT NOT NULL,
+		idempotency_key TEXT NOT NULL,
 		amount_cents INTEGER NOT NULL CHECK (amount_cents >= 1),
 		currency TEXT NOT NULL,
 		charge_id TEXT NOT NULL,
-		created_at TEXT NOT NULL
+		created_at TEXT NOT NULL,
+		UNIQUE (account, idempotency_key)
 	)`,
 	`CREATE INDEX IF NOT EXISTS payments_account_id ON payments (account, id)`,
 	`CREATE TABLE IF NOT EXISTS payment_charges (
@@ -288,11 +384,13 @@ var mysqlSchema = []string{
 	`CREATE TABLE IF NOT EXISTS payments (
 		id BIGINT AUTO_INCREMENT PRIMARY KEY,
 		account VARBINARY(255) NOT NULL,
+		idempotency_key VARBINARY(255) NOT NULL,
 		amount_cents BIGINT NOT NULL CHECK (amount_cents >= 1),
 		currency TEXT NOT NULL,
 		charge_id VARCHAR(64) NOT NULL,
 		created_at DATETIME(3) NOT NULL,
-		INDEX payments_account_id (account, id)
+		INDEX payments_account_id (account, id),
+		UNIQUE KEY payments_account_key (account, idempotency_key)
 	) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
 	`CREATE TABLE IF NOT EXISTS payment_charges (
 		account VARBINARY(255) NOT NULL,

@@ -15,6 +15,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/redisstore"
 )
 
 // Phases of a payment, in order; the names are its recovery points and the values
@@ -24,11 +25,22 @@ const (
 	PhaseChargeCreated = "charge_created"        // the provider's charge is recorded locally
 )
 
+// CrashPaymentWritten is the last point -crash-after accepts, after the phases: the
+// payment row is written and its 201 not yet recorded. With -store redis the row has
+// committed on its own, and the retry must find it rather than write a second; with a
+// SQL store it is still uncommitted, and dies with the process.
+const CrashPaymentWritten = "payment_written"
+
 // Store names, for -store and IDEM_STORE.
 const (
-	StorePgx  = "pgx"
-	StoreGorm = "gorm"
+	StorePgx   = "pgx"
+	StoreGorm  = "gorm"
+	StoreRedis = "redis" // the payments' keys in Redis; every other key in the database
 )
+
+// DefaultRedis is the Redis server used with -store redis when neither -redis nor
+// REDIS_ADDR is set.
+const DefaultRedis = "127.0.0.1:6379"
 
 // DefaultSQLiteFile is the database used when neither -db nor DATABASE_URL is set.
 const DefaultSQLiteFile = "orders.db"
@@ -43,15 +55,25 @@ type Config struct {
 	// (user:password@tcp(host:port)/database) for MySQL or MariaDB, or "sqlite:PATH".
 	// Default: "" (the SQLite file orders.db in the working directory).
 	DB string
-	// Store picks the store for a PostgreSQL database (-store, IDEM_STORE): pgx or gorm.
-	// SQLite and MySQL/MariaDB always use gorm. Default: pgx.
+	// Store picks the key store (-store, IDEM_STORE). pgx or gorm: every key in the
+	// database, through pgxstore or gormstore on PostgreSQL (SQLite and MySQL/MariaDB
+	// always use gormstore). redis: the payments' keys in Redis (see Redis), the orders'
+	// and webhooks' in the database through its default store (pgxstore on PostgreSQL,
+	// gormstore otherwise). Default: pgx.
 	Store string
+	// Redis is the host:port of the Redis server holding the payments' keys with -store
+	// redis (-redis, REDIS_ADDR). Default: DefaultRedis (127.0.0.1:6379).
+	Redis string
+	// RedisPrefix starts the name of every Redis key the server writes with -store redis
+	// (-redis-prefix, IDEM_REDIS_PREFIX), so that several servers (or tests) can share one
+	// Redis; it may not hold '{' or '}'. Default: redisstore.DefaultPrefix ("idem:").
+	RedisPrefix string
 	// Lease is how long an in-progress payment blocks takeover (-lease, IDEM_LEASE).
 	// Default: 60s.
 	Lease time.Duration
 	// CrashAfter makes the process exit with status 3 right after this payment phase
-	// commits, before any response (-crash-after, IDEM_CRASH_AFTER): started or
-	// charge_created. Default: "" (off).
+	// commits, before any response (-crash-after, IDEM_CRASH_AFTER): started,
+	// charge_created, or payment_written (CrashPaymentWritten). Default: "" (off).
 	CrashAfter string
 	// LogLevel is the lowest level logged (-log-level, LOG_LEVEL): debug shows the
 	// sweeper and every idempotency outcome. Default: info.
@@ -132,10 +154,12 @@ func ParseConfig(name string, args []string, getenv func(string) string, out io.
 		return def
 	}
 	c := Config{
-		Addr:       env("ADDR", "127.0.0.1:8080"),
-		DB:         getenv("DATABASE_URL"),
-		Store:      env("IDEM_STORE", StorePgx),
-		CrashAfter: getenv("IDEM_CRASH_AFTER"),
+		Addr:        env("ADDR", "127.0.0.1:8080"),
+		DB:          getenv("DATABASE_URL"),
+		Store:       env("IDEM_STORE", StorePgx),
+		Redis:       env("REDIS_ADDR", DefaultRedis),
+		RedisPrefix: env("IDEM_REDIS_PREFIX", redisstore.DefaultPrefix),
+		CrashAfter:  getenv("IDEM_CRASH_AFTER"),
 	}
 	lease, err := parseLease(env("IDEM_LEASE", "60s"))
 	if err != nil {
@@ -150,19 +174,32 @@ func ParseConfig(name string, args []string, getenv func(string) string, out io.
 	fs.SetOutput(out)
 	fs.StringVar(&c.Addr, "addr", c.Addr, "listen `address` (env ADDR)")
 	fs.StringVar(&c.DB, "db", c.DB, "database: a postgres:// URL, a mysql:// URL or DSN (MySQL, MariaDB), or sqlite:PATH (env DATABASE_URL; default: the SQLite file "+DefaultSQLiteFile+" in the working directory)")
-	fs.StringVar(&c.Store, "store", c.Store, "store for a PostgreSQL database: pgx or gorm (env IDEM_STORE; SQLite and MySQL always use gorm)")
+	fs.StringVar(&c.Store, "store", c.Store, "key store: pgx or gorm for a PostgreSQL database (SQLite and MySQL always use gorm), "+
+		"or redis to keep the payments' keys in Redis and the other keys in the database (env IDEM_STORE)")
+	fs.StringVar(&c.Redis, "redis", c.Redis, "Redis `host:port` holding the payments' keys with -store redis (env REDIS_ADDR)")
+	fs.StringVar(&c.RedisPrefix, "redis-prefix", c.RedisPrefix, "start of every Redis key's name with -store redis (env IDEM_REDIS_PREFIX)")
 	fs.Func("lease", "how long an in-progress payment blocks takeover: a `duration` such as 60s (env IDEM_LEASE; default "+c.Lease.String()+")", func(s string) error {
 		d, err := parseLease(s)
 		c.Lease = d
 		return err
 	})
-	fs.StringVar(&c.CrashAfter, "crash-after", c.CrashAfter, "exit with status 3 right after this payment `phase` commits: started or charge_created (env IDEM_CRASH_AFTER)")
+	fs.StringVar(&c.CrashAfter, "crash-after", c.CrashAfter, "exit with status 3 right after this payment `phase` commits: started or charge_created, "+
+		"or payment_written, after the payment row (env IDEM_CRASH_AFTER)")
 	fs.TextVar(&c.LogLevel, "log-level", c.LogLevel, "lowest `level` logged: debug, info, warn or error (env LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var unused error // a Redis flag given without -store redis would silently do nothing
+	fs.Visit(func(f *flag.Flag) {
+		if (f.Name == "redis" || f.Name == "redis-prefix") && c.Store != StoreRedis && unused == nil {
+			unused = fmt.Errorf("-%s: only used with -store %s, not %s", f.Name, StoreRedis, c.Store)
+		}
+	})
+	if unused != nil {
+		return Config{}, unused
 	}
 	return c, c.validate()
 }
@@ -184,14 +221,14 @@ func (c Config) validate() error {
 	switch {
 	case c.Addr == "":
 		return errors.New("-addr: empty")
-	case c.Store != StorePgx && c.Store != StoreGorm:
-		return fmt.Errorf("-store: %q is neither pgx nor gorm", c.Store)
+	case c.Store != StorePgx && c.Store != StoreGorm && c.Store != StoreRedis:
+		return fmt.Errorf("-store: %q is not pgx, gorm or redis", c.Store)
 	case c.Lease <= 0:
 		return fmt.Errorf("-lease: %s is not positive", c.Lease)
 	case c.Lease > storage.DefaultRetention:
 		return fmt.Errorf("-lease: %s is longer than the keys' retention (%s)", c.Lease, storage.DefaultRetention)
-	case c.CrashAfter != "" && c.CrashAfter != PhaseStarted && c.CrashAfter != PhaseChargeCreated:
-		return fmt.Errorf("-crash-after: %q is not a payment phase (%s or %s)", c.CrashAfter, PhaseStarted, PhaseChargeCreated)
+	case c.CrashAfter != "" && c.CrashAfter != PhaseStarted && c.CrashAfter != PhaseChargeCreated && c.CrashAfter != CrashPaymentWritten:
+		return fmt.Errorf("-crash-after: %q is not a payment phase (%s or %s) nor %s", c.CrashAfter, PhaseStarted, PhaseChargeCreated, CrashPaymentWritten)
 	}
 	switch kind, target := c.database(); {
 	case kind == kindSQLite && target == "":
@@ -201,6 +238,24 @@ func (c Config) validate() error {
 		return fmt.Errorf("-db: %q is not a usable MySQL URL or DSN: %v", redact(c.DB), err)
 	case kind == "":
 		return fmt.Errorf("-db: want a postgres:// URL, a mysql:// URL or DSN, or sqlite:PATH, not %q", redact(c.DB))
+	}
+	if c.Store == StoreRedis {
+		return c.validateRedis()
+	}
+	return nil
+}
+
+// validateRedis checks the settings -store redis uses.
+func (c Config) validateRedis() error {
+	_, port, err := net.SplitHostPort(c.Redis)
+	if err != nil {
+		return fmt.Errorf("-redis: %q is not host:port: %v", c.Redis, err)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("-redis: %q: the port %q is not a number from 1 to 65535", c.Redis, port)
+	}
+	if strings.ContainsAny(c.RedisPrefix, "{}") {
+		return fmt.Errorf("-redis-prefix: %q holds '{' or '}', which Redis Cluster would read as the key's hash tag", c.RedisPrefix)
 	}
 	return nil
 }

@@ -27,7 +27,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{Addr: "127.0.0.1:8080", Store: StorePgx, Lease: 60 * time.Second, LogLevel: slog.LevelInfo}
+	want := Config{Addr: "127.0.0.1:8080", Store: StorePgx, Redis: DefaultRedis, RedisPrefix: "idem:", Lease: 60 * time.Second, LogLevel: slog.LevelInfo}
 	if c != want {
 		t.Fatalf("defaults: got %+v, want %+v", c, want)
 	}
@@ -44,7 +44,8 @@ func TestParseConfigEnvThenFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{Addr: ":9000", DB: "postgres://u@h/db", Store: StoreGorm, Lease: 5 * time.Second, CrashAfter: "charge_created", LogLevel: slog.LevelDebug}
+	want := Config{Addr: ":9000", DB: "postgres://u@h/db", Store: StoreGorm, Redis: DefaultRedis, RedisPrefix: "idem:",
+		Lease: 5 * time.Second, CrashAfter: "charge_created", LogLevel: slog.LevelDebug}
 	if c != want {
 		t.Fatalf("from the environment: got %+v, want %+v", c, want)
 	}
@@ -53,7 +54,8 @@ func TestParseConfigEnvThenFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = Config{Addr: ":9001", DB: "sqlite:/tmp/x.db", Store: StorePgx, Lease: 7 * time.Second, CrashAfter: "started", LogLevel: slog.LevelWarn}
+	want = Config{Addr: ":9001", DB: "sqlite:/tmp/x.db", Store: StorePgx, Redis: DefaultRedis, RedisPrefix: "idem:",
+		Lease: 7 * time.Second, CrashAfter: "started", LogLevel: slog.LevelWarn}
 	if c != want {
 		t.Fatalf("flags over the environment: got %+v, want %+v", c, want)
 	}
@@ -84,6 +86,14 @@ func TestParseConfigErrors(t *testing.T) {
 		{[]string{"-db", "postgresx://u:secret@h/db"}, env(), "xxxxx"},
 		{[]string{"extra"}, env(), "unexpected argument"},
 		{nil, env("LOG_LEVEL", "loud"), "LOG_LEVEL"},
+		{[]string{"-store", "redis", "-redis", "localhost"}, env(), "-redis"},
+		{[]string{"-store", "redis", "-redis", "localhost:http"}, env(), "-redis"},
+		{[]string{"-store", "redis", "-redis", "localhost:0"}, env(), "-redis"},
+		{[]string{"-store", "redis", "-redis", "localhost:65536"}, env(), "-redis"},
+		{nil, env("IDEM_STORE", "redis", "REDIS_ADDR", "nohost"), "-redis"},
+		{[]string{"-store", "redis", "-redis-prefix", "a{b}:"}, env(), "-redis-prefix"},
+		{[]string{"-redis", "127.0.0.1:6380"}, env(), "-redis: only used with -store redis"},
+		{[]string{"-redis-prefix", "x:"}, env("IDEM_STORE", "gorm"), "-redis-prefix: only used with -store redis"},
 	} {
 		_, err := ParseConfig("x", tc.args, tc.env, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -96,6 +106,27 @@ func TestParseConfigErrors(t *testing.T) {
 	if _, err := ParseConfig("x", []string{"-h"}, env(), io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: error %v, want flag.ErrHelp", err)
 	}
+}
+
+// TestParseConfigRedis: -store redis takes the Redis address and prefix from the
+// environment, then the flags; the Redis environment does not matter to other stores.
+func TestParseConfigRedis(t *testing.T) {
+	t.Parallel()
+	e := env("IDEM_STORE", "redis", "REDIS_ADDR", "redis.internal:6390", "IDEM_REDIS_PREFIX", "shop:")
+	c, err := ParseConfig("x", nil, e, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, StoreRedis, c.Store)
+	assert.Equal(t, "redis.internal:6390", c.Redis)
+	assert.Equal(t, "shop:", c.RedisPrefix)
+
+	c, err = ParseConfig("x", []string{"-redis", "[::1]:6379", "-redis-prefix", ""}, e, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, "[::1]:6379", c.Redis)
+	assert.Empty(t, c.RedisPrefix)
+
+	// REDIS_ADDR may be set for something else: with another store it is not read.
+	_, err = ParseConfig("x", nil, env("REDIS_ADDR", "not an address"), io.Discard)
+	assert.NoError(t, err)
 }
 
 // TestParseConfigMySQL: a mysql:// URL or a go-sql-driver DSN selects MySQL/MariaDB

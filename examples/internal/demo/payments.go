@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -22,12 +23,18 @@ type Payment struct {
 //
 //  1. started: the middleware committed the claim before this runs.
 //  2. charge_created: the provider is called with the derived key <key>:charge (in its
-//     own transaction), and the charge id is recorded in this phase's transaction, which
-//     commits with the recovery point. A retry that takes over after a crash skips the
-//     phase and reads the charge id back; the provider would return the same charge
-//     anyway, since the derived key is stable.
-//  3. finished: the payment row is written in the request's final transaction, which
-//     commits together with the recorded 201.
+//     own transaction), and the charge id is recorded in payment_charges; the phase then
+//     records its recovery point. A retry that takes over after a crash skips the phase
+//     and reads the charge id back; the provider would return the same charge anyway,
+//     since the derived key is stable.
+//  3. finished: the payment row is written, then the 201 is recorded.
+//
+// Where the rows commit depends on the store of the payments' keys (see
+// backend.paymentTx): in the database, with the phase's recovery point and with the
+// recorded response; in Redis, each in a transaction of its own just before. So every
+// write is idempotent by itself: payment_charges is an upsert on (account, key), and
+// the payment an insert-or-get on (account, key) whose 201 is built from the row as
+// stored, so an attempt that runs the final step again answers what the first would have.
 //
 // An invalid body is a 400 problem, recorded and replayed like a success.
 func (a *App) CreatePayment(r *http.Request, account string) Reply {
@@ -54,12 +61,10 @@ func (a *App) CreatePayment(r *http.Request, account string) Reply {
 		if err != nil {
 			return err
 		}
-		tx, err := a.be.tx(ctx)
-		if err != nil {
-			return err
-		}
-		err = tx.Exec(ctx, `INSERT INTO payment_charges (account, idempotency_key, charge_id) VALUES (?, ?, ?)`+
-			a.be.upsert("account, idempotency_key", "charge_id"), account, op.Key(), c.ID)
+		err = a.be.paymentTx(ctx, func(q querier) error {
+			return q.Exec(ctx, `INSERT INTO payment_charges (account, idempotency_key, charge_id) VALUES (?, ?, ?)`+
+				a.be.upsert("account, idempotency_key", "charge_id"), account, op.Key(), c.ID)
+		})
 		if err != nil {
 			return err
 		}
@@ -78,26 +83,50 @@ func (a *App) CreatePayment(r *http.Request, account string) Reply {
 		a.crash(PhaseChargeCreated)
 	}
 
-	tx, err := a.be.tx(ctx) // the final transaction, committed with the response
-	if err != nil {
-		return a.fail(ctx, "payments: no idempotency transaction", err)
-	}
+	// With a SQL store both steps below run in the final transaction. With Redis each has
+	// its own: on SQLite a transaction that reads and then writes is refused at once
+	// (SQLITE_BUSY_SNAPSHOT) when another writer committed in between, while one that
+	// writes first waits for the lock.
 	if !ran { // resumed after charge_created: read what that phase recorded
-		err := tx.QueryRow(ctx, `SELECT charge_id FROM payment_charges WHERE account = ? AND idempotency_key = ?`,
-			account, op.Key()).Scan(&charge.ID)
+		err := a.be.paymentTx(ctx, func(q querier) error {
+			return q.QueryRow(ctx, `SELECT charge_id FROM payment_charges WHERE account = ? AND idempotency_key = ?`,
+				account, op.Key()).Scan(&charge.ID)
+		})
 		if err != nil {
 			return a.fail(ctx, "payments: read the recorded charge", err)
 		}
 	}
-	p := Payment{AmountCents: in.AmountCents, Currency: in.Currency, ChargeID: charge.ID}
-	created := now()
-	id, err := a.be.insertID(ctx, tx, `INSERT INTO payments (account, amount_cents, currency, charge_id, created_at) VALUES (?, ?, ?, ?, ?)`,
-		account, p.AmountCents, p.Currency, p.ChargeID, a.be.createdAt(created))
+	var p Payment
+	err = a.be.paymentTx(ctx, func(q querier) error {
+		var err error
+		p, err = a.insertPayment(ctx, q, account, op.Key(), in, charge.ID)
+		return err
+	})
 	if err != nil {
-		return a.fail(ctx, "payments: insert", err)
+		return a.fail(ctx, "payments: record the payment", err)
 	}
-	p.ID, p.CreatedAt = strconv.FormatInt(id, 10), formatTime(created)
+	if a.cfg.CrashAfter == CrashPaymentWritten {
+		a.crash(CrashPaymentWritten) // on every attempt: the row is written on every attempt
+	}
 	return jsonReply(http.StatusCreated, p, "Location", "/v1/payments/"+p.ID)
+}
+
+// insertPayment writes the payment of account's key, once: when the key's row is there
+// already (the retry of an attempt that wrote it, then failed to record its response),
+// it is left as it is and read back. Either way the Payment returned is the row as
+// stored, id and created_at included. The request's fingerprint and the provider's
+// derived key make sure a key's row is always for the same amount and currency.
+func (a *App) insertPayment(ctx context.Context, q querier, account, key string, in paymentInput, chargeID string) (Payment, error) {
+	err := q.Exec(ctx, `INSERT INTO payments (account, idempotency_key, amount_cents, currency, charge_id, created_at) VALUES (?, ?, ?, ?, ?, ?)`+
+		a.be.upsert("account, idempotency_key", ""), account, key, in.AmountCents, in.Currency, chargeID, a.be.createdAt(now()))
+	if err != nil {
+		return Payment{}, fmt.Errorf("insert: %w", err)
+	}
+	p, err := scanPayment(q.QueryRow(ctx, `SELECT `+paymentColumns+` FROM payments WHERE account = ? AND idempotency_key = ?`, account, key))
+	if err != nil {
+		return Payment{}, fmt.Errorf("read back: %w", err)
+	}
+	return p, nil
 }
 
 const paymentColumns = `id, amount_cents, currency, charge_id, created_at`

@@ -34,6 +34,7 @@ const (
 	ProblemInvalidRequest  = ProblemTypeBase + "invalid-request" // 400, stored and replayed
 	ProblemNotFound        = ProblemTypeBase + "not-found"       // 404
 	ProblemInternal        = ProblemTypeBase + "internal"        // 500, the key is released
+	ProblemUnavailable     = ProblemTypeBase + "unavailable"     // 503 + Retry-After, the key is released
 	ProblemProvider        = ProblemTypeBase + "provider-failed" // 502, the key is released
 )
 
@@ -75,4 +76,13 @@ func quoteID(id string) string {
 func Internal() Reply {
 	return problem(http.StatusInternalServerError, ProblemInternal, "Internal error",
 		"The request failed and nothing was kept; retry it with the same Idempotency-Key.")
+}
+
+// Unavailable answers a database that was only busy: a 503 problem with Retry-After: 1,
+// never stored, so the key is released and a retry after that second runs again.
+func Unavailable() Reply {
+	rep := problem(http.StatusServiceUnavailable, ProblemUnavailable, "Service unavailable",
+		"The database was busy and nothing was kept; retry it with the same Idempotency-Key after Retry-After seconds.")
+	rep.Header.Set("Retry-After", "1")
+	return rep
 }

@@ -20,7 +20,7 @@ func TestProblemTypesAreDocumented(t *testing.T) {
 		headings[m[1]] = true
 	}
 	require.True(t, strings.HasPrefix(ProblemTypeBase, "https://github.com/idemkit/idem/blob/main/examples/README.md#"))
-	for _, typ := range []string{ProblemUnauthenticated, ProblemInvalidRequest, ProblemNotFound, ProblemInternal, ProblemProvider} {
+	for _, typ := range []string{ProblemUnauthenticated, ProblemInvalidRequest, ProblemNotFound, ProblemInternal, ProblemUnavailable, ProblemProvider} {
 		anchor := strings.TrimPrefix(typ, ProblemTypeBase)
 		assert.True(t, headings[anchor], "examples/README.md has no section \"### %s\" for the problem type %s", anchor, typ)
 	}
