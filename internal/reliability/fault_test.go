@@ -484,8 +484,8 @@ func TestFaultTrials(t *testing.T) {
 		form form
 		opts []pgxstore.Option
 	}{
-		{rowFirst, nil},
-		{singleWrite, []pgxstore.Option{pgxstore.WithSingleWrite()}},
+		{singleWrite, nil}, // the default
+		{rowFirst, []pgxstore.Option{pgxstore.WithClaimRowFirst()}},
 	} {
 		t.Run(tc.form.String(), func(t *testing.T) {
 			t.Parallel()
