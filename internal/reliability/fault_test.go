@@ -528,8 +528,8 @@ func TestGormFaultTrials(t *testing.T) {
 		form    form
 		opts    []gormstore.Option
 	}{
-		{onPostgres, rowFirst, nil},
-		{onPostgres, singleWrite, []gormstore.Option{gormstore.WithSingleWrite()}},
+		{onPostgres, singleWrite, nil}, // the default
+		{onPostgres, rowFirst, []gormstore.Option{gormstore.WithClaimRowFirst()}},
 		{onMariaDB, rowFirst, nil},
 	} {
 		t.Run(tc.dialect.String()+" "+tc.form.String(), func(t *testing.T) {

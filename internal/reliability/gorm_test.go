@@ -291,7 +291,7 @@ func (a *gormApp) trialApp() trialApp {
 		calls:  a.calls.Load,
 		cuts:   wireCuts(a.proxy, a.setHooks),
 		reset:  func() { a.setHooks(hooks{}) },
-		form:   rowFirst,
+		form:   a.form(),
 		steps:  a.stmts.steps,
 		orders: d.orders,
 		orderOf: func(id int64, key string) bool {
@@ -362,6 +362,15 @@ func stepOf(sql string) step {
 		return completeUpdate
 	}
 	return 0
+}
+
+// form is the atomic claim the app's store makes by default: the single write on
+// PostgreSQL, the key row first on MariaDB (a test with WithClaimRowFirst says so itself).
+func (a *gormApp) form() form {
+	if a.db.dialect == onPostgres {
+		return singleWrite
+	}
+	return rowFirst
 }
 
 // keyState reads a key's state; ok is false when the table has no such key.
