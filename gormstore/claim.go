@@ -27,11 +27,17 @@ var errRetry = errors.New("gormstore: claim raced, retrying")
 // Claim implements storage.Store.Claim. In phased mode (and in atomic mode with
 // WithLookupFirst) the key is read first, without a transaction or a lock, and a record
 // the claim would only report (completed, live lease, other fingerprint) is returned from
-// that one statement. Anything else runs in a transaction whose first write is the claim:
+// that one statement. Anything else runs in a transaction:
 //
-//   - PostgreSQL: INSERT … ON CONFLICT DO NOTHING, then SELECT … FOR UPDATE on conflict,
-//     waits bounded by lock_timeout (55P03/57014 → storage.ErrInProgress; 40001/40P01 →
-//     storage.ErrTransient).
+//   - PostgreSQL, atomic mode at READ COMMITTED (unless WithClaimRowFirst): the claim
+//     writes nothing. It takes the key's transaction-scoped advisory lock (a twin in
+//     flight holds it: the claim waits, bounded by lock_timeout, and looks again) and
+//     looks the key up; Complete inserts the completed row before COMMIT (claimLocked).
+//     A row that holds the key is reported from a plain read, or replaced or taken over
+//     as below.
+//   - PostgreSQL otherwise: INSERT … ON CONFLICT DO NOTHING, the transaction's first
+//     write, then SELECT … FOR UPDATE on conflict, waits bounded by lock_timeout
+//     (55P03/57014 → storage.ErrInProgress; 40001/40P01 → storage.ErrTransient).
 //   - MySQL/MariaDB: INSERT … ON DUPLICATE KEY UPDATE (an exclusive lock on a duplicate,
 //     where a plain INSERT's shared lock lets twins deadlock), SELECT … FOR UPDATE,
 //     innodb_lock_wait_timeout (1205 → ErrInProgress; 1213 → ErrTransient).
@@ -121,12 +127,16 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim, wait time.D
 	if err != nil {
 		return nil, nil, wrap(ctx, "claim: begin", err)
 	}
-	if s.dialect == postgres && c.Mode == storage.ModeAtomic && s.singleWrite && s.iso == sql.LevelReadCommitted {
-		l, done, err := s.claimLocked(ctx, tx, c, wait)
-		if done || err != nil {
+	if s.singleWrite(c) {
+		l, rec, done, err := s.claimLocked(ctx, tx, c, wait)
+		switch {
+		case rec != nil:
+			return nil, rec, err
+		case done || err != nil:
 			return l, nil, err
 		}
-		// A row holds the key: the claim below reads and locks it in this transaction.
+		// A row holds the key, or the transaction is not at READ COMMITTED: the claim
+		// below writes or locks the row in this transaction.
 	}
 	restore, err := s.setLockWait(ctx, tx, wait)
 	if err != nil {
@@ -316,6 +326,14 @@ func (s *Store) newToken() any {
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
+// singleWrite reports whether claim c starts with claimLocked: an atomic claim on
+// PostgreSQL, unless WithClaimRowFirst or WithIsolation names a level above READ COMMITTED
+// (at the server's default level, claimLocked checks the transaction's level itself).
+func (s *Store) singleWrite(c storage.Claim) bool {
+	return s.dialect == postgres && c.Mode == storage.ModeAtomic && !s.rowFirst &&
+		(s.iso == sql.LevelDefault || s.iso == sql.LevelReadCommitted)
+}
+
 // claimLocked is the start of an atomic claim on PostgreSQL that writes nothing: when no
 // row holds the key it takes the key's transaction-scoped advisory lock without waiting
 // and, holding it, looks the key up with a snapshot taken after the lock was granted, so
@@ -324,43 +342,59 @@ func (s *Store) newToken() any {
 // the lock: the claim waits for it (lock_timeout, then storage.ErrInProgress), rolls back
 // and starts again (errRetry), when the twin's record is visible. A row holding the key
 // (done false, no error): the caller goes on in tx, where the row's lock serialises
-// racing claimers as before.
+// racing claimers as before. So does a transaction that is not at READ COMMITTED (the
+// server's default level, when WithIsolation names none, may be another): its snapshot,
+// taken before the lock is granted, could not see a twin that committed in between. A
+// row the claim would only report is reported at once (rec, done), read without a lock:
+// a replay writes nothing.
 //
 // The primary key stays the final arbiter: where the lock does not serialise (an engine
 // that accepts the call and does not lock, a snapshot at REPEATABLE READ taken just
 // before a twin committed), Complete's INSERT fails on the twin's row and the whole
 // transaction rolls back (storage.ErrTransient).
-func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, wait time.Duration) (_ *lock, done bool, err error) {
+func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, wait time.Duration) (_ *lock, rec *storage.Record, done bool, err error) {
 	defer func() {
-		if err != nil {
+		if err != nil || rec != nil {
 			tx.Rollback()
 		}
 	}()
 	hash := s.lockHash(c.Scope, c.Key)
 	var locked sql.NullBool
 	if err := scanOne(tx.WithContext(ctx).Raw(s.tryLockSQL, c.Scope, c.Key, hash), &locked); err != nil {
-		return nil, false, wrap(ctx, "claim: lock", err)
+		return nil, nil, false, wrap(ctx, "claim: lock", err)
 	}
 	switch {
 	case !locked.Valid:
-		return nil, false, nil
+		// A row holds the key (or the level is not READ COMMITTED). A record the claim
+		// would only report (completed, a live lease, another request's fingerprint) is
+		// reported from a plain read: a replay writes nothing and takes no row lock. A
+		// row to replace or take over goes to the caller's claim, which locks it.
+		r, err := s.read(ctx, tx, c.Scope, c.Key, false, time.Time{})
+		switch {
+		case err != nil:
+			return nil, nil, true, wrap(ctx, "claim: select", err)
+		case r != nil && s.judge(r, c) == reportIt:
+			rec, err = r.record()
+			return nil, rec, true, err
+		}
+		return nil, nil, false, nil
 	case !locked.Bool:
 		// A twin holds the lock: wait for it, then start again with a snapshot that sees
 		// its outcome.
 		if _, err := s.setLockWait(ctx, tx, wait); err != nil {
-			return nil, true, wrap(ctx, "claim: lock wait", err)
+			return nil, nil, true, wrap(ctx, "claim: lock wait", err)
 		}
 		if err := tx.WithContext(ctx).Exec("SELECT pg_advisory_xact_lock(?)", hash).Error; err != nil {
-			return nil, true, wrap(ctx, "claim: wait for a twin", err)
+			return nil, nil, true, wrap(ctx, "claim: wait for a twin", err)
 		}
-		return nil, true, errRetry
+		return nil, nil, true, errRetry
 	}
 	r, err := s.read(ctx, tx, c.Scope, c.Key, false, time.Time{})
 	switch {
 	case err != nil:
-		return nil, true, wrap(ctx, "claim: select", err)
+		return nil, nil, true, wrap(ctx, "claim: select", err)
 	case r != nil: // committed just before the lock was granted: read it again, locked
-		return nil, true, errRetry
+		return nil, nil, true, errRetry
 	}
 	l := &lock{
 		s: s, mode: c.Mode, scope: c.Scope, key: c.Key, lease: c.Lease, timeout: c.Timeout,
@@ -368,7 +402,7 @@ func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, w
 		pending: true, fingerprint: c.Fingerprint, method: c.Method, path: c.Path,
 		tx: tx, held: &holder{tx: tx, base: s.db},
 	}
-	return l, true, nil
+	return l, nil, true, nil
 }
 
 // lockHash is the advisory lock key of (scope, key) in the store's table: 64 bits of

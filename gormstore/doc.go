@@ -31,8 +31,11 @@
 // test; the store's claims still open their own transactions.
 //
 // In atomic mode (the engine's default for this store) the transaction is the claim's:
-// one transaction per keyed request, on one connection, whose first write is the claim;
-// the completion UPDATE and COMMIT happen before the response is sent. A 5xx, a panic or a
+// one transaction per keyed request, on one connection. On MySQL/MariaDB and SQLite (and
+// on PostgreSQL above READ COMMITTED, or WithClaimRowFirst) its first write is the claim,
+// and the completion UPDATE and COMMIT happen before the response is sent; on PostgreSQL
+// at READ COMMITTED the claim writes nothing, and the completion INSERTs the key row once
+// (see PostgreSQL below). A 5xx, a panic or a
 // cancelled request rolls everything back: no key, no business row. The transaction is
 // bound to the request's context; core.Operation.Phase runs its function inside it.
 //
@@ -47,8 +50,23 @@
 //
 // # PostgreSQL
 //
-// The claim is INSERT … ON CONFLICT DO NOTHING (clause.OnConflict), then SELECT … FOR
-// UPDATE on a conflict. A twin in flight makes the INSERT wait; set_config('lock_timeout',
+// At READ COMMITTED (the server's default level, or WithIsolation(sql.LevelReadCommitted))
+// the atomic claim writes nothing: one statement takes the key's transaction-scoped
+// advisory lock (pg_try_advisory_xact_lock on a 64-bit hash of table, scope and key, the
+// number pgxstore uses) unless a row holds the key or the transaction is at another
+// level, and a lookup follows; Complete INSERTs the completed row with the response just
+// before COMMIT, the request's one write to the key table. A twin in flight holds the
+// lock: a twin waits for it (pg_advisory_xact_lock under lock_timeout; expiry 409), rolls
+// back and claims again, and replays. A row that holds the key is reported from a plain
+// read (a replay writes nothing), or replaced or taken over as below. The primary key is
+// the final arbiter: where advisory locks do not lock (some distributed engines accept
+// the call and do nothing), a twin runs its handler too and its INSERT fails on the key:
+// its transaction rolls back with its writes, and Complete returns storage.ErrTransient
+// (503; the retry replays). WithClaimRowFirst makes twins wait on the key row instead.
+//
+// Otherwise (WithClaimRowFirst, REPEATABLE READ, SERIALIZABLE, phased mode) the claim is
+// INSERT … ON CONFLICT DO NOTHING (clause.OnConflict), then SELECT … FOR UPDATE on a
+// conflict. A twin in flight makes the INSERT wait; set_config('lock_timeout',
 // …, true) (SET LOCAL) bounds that wait, and its expiry (55P03, or 57014 from a
 // statement_timeout) is storage.ErrInProgress: 409. The setting is put back before the
 // handler runs, so the handler's statements keep the connection's own lock_timeout.

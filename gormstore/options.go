@@ -42,17 +42,18 @@ func WithLookupFirst() Option {
 	return func(s *Store) { s.lookupFirst = true }
 }
 
-// WithSingleWrite makes an atomic claim on PostgreSQL write nothing: it takes the key's
-// transaction-scoped advisory lock (a twin in flight holds it, so a twin waits, up to the
-// lock wait, then replays) and looks the key up; Complete inserts the completed row with
-// the response just before COMMIT, the request's one write to the key table. The primary
-// key stays the final arbiter: where the lock does not serialise, the twin's INSERT
-// fails, its transaction rolls back with its business writes, and Complete returns an
-// error wrapping storage.ErrTransient (503; the retry replays). It runs the store's
-// transactions at READ COMMITTED unless WithIsolation names a level; at REPEATABLE READ
-// or SERIALIZABLE the claim keeps writing the key row first, because a snapshot taken
-// before the lock is granted cannot see a twin that committed in between.
-// MySQL/MariaDB and SQLite ignore it: their claim is the key row's INSERT. Default: off.
-func WithSingleWrite() Option {
-	return func(s *Store) { s.singleWrite = true }
+// WithClaimRowFirst makes an atomic claim on PostgreSQL write the started key row first
+// (INSERT … ON CONFLICT DO NOTHING, then SELECT … FOR UPDATE on a conflict: a twin in
+// flight waits on that row, up to the lock wait, then replays), and Complete update it to
+// completed: the key row is written twice. Use it where the key's advisory lock does not
+// serialise twins at READ COMMITTED (an engine that accepts pg_advisory_xact_lock and does
+// not lock, as some distributed PostgreSQL-like databases do): there, without it, a twin
+// runs its handler too and then fails on the key's INSERT (503, rolled back; its retry
+// replays). At REPEATABLE READ or SERIALIZABLE the claim writes the row first anyway.
+// MySQL/MariaDB and SQLite always claim with the key row's INSERT. Default: off on
+// PostgreSQL at READ COMMITTED: the claim takes the key's transaction-scoped advisory lock
+// and looks the key up, and Complete inserts the completed row just before COMMIT, the
+// request's one write to the key table (see the package documentation).
+func WithClaimRowFirst() Option {
+	return func(s *Store) { s.rowFirst = true }
 }

@@ -26,7 +26,7 @@ type Store struct {
 	iso                   sql.IsolationLevel
 
 	lookupFirst bool
-	singleWrite bool
+	rowFirst    bool // WithClaimRowFirst
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -55,9 +55,6 @@ func New(db *gorm.DB, opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
-	if s.singleWrite && s.dialect == postgres && s.iso == sql.LevelDefault {
-		s.iso = sql.LevelReadCommitted // the level single-write relies on, whatever the server's default
-	}
 	if strings.TrimSpace(s.table) == "" {
 		panic("gormstore: WithTable with an empty name")
 	}
@@ -70,9 +67,11 @@ func New(db *gorm.DB, opts ...Option) *Store {
 	var b strings.Builder
 	s.db.Dialector.QuoteTo(&b, s.table)
 	s.quoted = b.String()
-	// tryLock: NULL when a row holds the key, else whether the key's advisory lock was
-	// free (and is now this transaction's).
-	s.tryLockSQL = "SELECT CASE WHEN EXISTS (SELECT 1 FROM " + s.quoted +
+	// tryLock: NULL when a row holds the key or the transaction is not at READ COMMITTED
+	// (the server's default isolation may be another: the lock serialises twins only at
+	// READ COMMITTED), else whether the key's advisory lock was free (and is now this
+	// transaction's).
+	s.tryLockSQL = "SELECT CASE WHEN current_setting('transaction_isolation') <> 'read committed' OR EXISTS (SELECT 1 FROM " + s.quoted +
 		" WHERE scope = ? AND idem_key = ?) THEN NULL ELSE pg_try_advisory_xact_lock(?) END"
 	s.recordSQL = "INSERT INTO " + s.quoted + " (scope, idem_key, request_hash, method, path, state, recovery_point, " +
 		"response_code, response_headers, response_body, created_at, completed_at) " +

@@ -155,7 +155,7 @@ var floorVariants = []floorVariant{
 	{name: "bare", op: bareOp},
 	{name: "floor", op: floorOp},
 	{name: "atomic", opts: []pgxstore.Option{}, mode: storage.ModeAtomic, op: idemOp(storage.ModeAtomic)},
-	{name: "atomic-single-write", opts: []pgxstore.Option{pgxstore.WithSingleWrite()}, mode: storage.ModeAtomic, op: idemOp(storage.ModeAtomic)},
+	{name: "atomic-row-first", opts: []pgxstore.Option{pgxstore.WithClaimRowFirst()}, mode: storage.ModeAtomic, op: idemOp(storage.ModeAtomic)},
 	{name: "phased", opts: []pgxstore.Option{}, mode: storage.ModePhased, op: idemOp(storage.ModePhased)},
 }
 
@@ -216,7 +216,7 @@ func BenchmarkReplay(b *testing.B) {
 		opts []pgxstore.Option
 	}{
 		{"atomic", storage.ModeAtomic, nil},
-		{"atomic-single-write", storage.ModeAtomic, []pgxstore.Option{pgxstore.WithSingleWrite()}},
+		{"atomic-row-first", storage.ModeAtomic, []pgxstore.Option{pgxstore.WithClaimRowFirst()}},
 		{"atomic-lookup-first", storage.ModeAtomic, []pgxstore.Option{pgxstore.WithLookupFirst()}},
 		{"phased", storage.ModePhased, nil},
 	} {
@@ -258,7 +258,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		opts []pgxstore.Option
 	}{
 		{"atomic", core.ModeAtomic, nil},
-		{"atomic-single-write", core.ModeAtomic, []pgxstore.Option{pgxstore.WithSingleWrite()}},
+		{"atomic-row-first", core.ModeAtomic, []pgxstore.Option{pgxstore.WithClaimRowFirst()}},
 		{"phased", core.ModePhased, nil},
 	} {
 		store, schema := benchTables(b, db, v.opts)

@@ -123,31 +123,32 @@ func TestStatementBudget(t *testing.T) {
 		// conflicts.
 		readOnly bool
 	}{{
-		// BEGIN+claim, the handler's INSERT, completion+COMMIT: three round trips, as
-		// many as the handler's own BEGIN; INSERT; COMMIT would take.
+		// The default single write: BEGIN, the key's advisory lock and the lookup in one
+		// round trip; the handler's INSERT; the completed key row and COMMIT in one: three
+		// round trips (as many as the handler's own BEGIN; INSERT; COMMIT would take) and
+		// one write to the key table.
 		name:  "atomic",
 		mode:  core.ModeAtomic,
-		first: []string{"begin", "claim", "orders", "complete", "commit"}, firstR: 3,
-		// The claim conflicts; the lookup reads the completed row; the transaction is
-		// rolled back.
-		replay: []string{"begin", "claim", "lookup", "rollback"}, replyR: 3,
-	}, {
-		// BEGIN, the key's advisory lock and the lookup in one round trip; the handler's
-		// INSERT; the completed key row and COMMIT in one: three round trips and one
-		// write to the key table.
-		name:  "atomic-single-write",
-		mode:  core.ModeAtomic,
-		opts:  []pgxstore.Option{pgxstore.WithSingleWrite()},
 		first: []string{"begin", "lock", "lookup", "orders", "record", "commit"}, firstR: 3,
 		// The lookup finds the completed row (a row holds the key, so the lock is not
 		// even tried); the transaction, which wrote nothing, is rolled back: two round
 		// trips.
 		replay: []string{"begin", "lock", "lookup", "rollback"}, replyR: 2, readOnly: true,
 	}, {
+		// BEGIN+claim, the handler's INSERT, completion+COMMIT: three round trips, and
+		// the key row written twice.
+		name:  "atomic-row-first",
+		mode:  core.ModeAtomic,
+		opts:  []pgxstore.Option{pgxstore.WithClaimRowFirst()},
+		first: []string{"begin", "claim", "orders", "complete", "commit"}, firstR: 3,
+		// The claim conflicts; the lookup reads the completed row; the transaction is
+		// rolled back.
+		replay: []string{"begin", "claim", "lookup", "rollback"}, replyR: 3,
+	}, {
 		name:  "atomic-lookup-first",
 		mode:  core.ModeAtomic,
 		opts:  []pgxstore.Option{pgxstore.WithLookupFirst()},
-		first: []string{"lookup", "begin", "claim", "orders", "complete", "commit"}, firstR: 4,
+		first: []string{"lookup", "begin", "lock", "lookup", "orders", "record", "commit"}, firstR: 4,
 		replay: []string{"lookup"}, replyR: 1, readOnly: true,
 	}, {
 		// The claim commits alone; the handler's Tx begins the final transaction, which

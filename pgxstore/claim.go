@@ -245,8 +245,9 @@ func (s *Store) claimAtomic(ctx context.Context, c storage.Claim) (storage.Lock,
 	}
 }
 
-// claimRowFirst is one atomic claim by default (without WithSingleWrite): the started key row is the
-// transaction's first write (a twin waits on it), updated to completed by Complete.
+// claimRowFirst is one atomic claim with WithClaimRowFirst, or at REPEATABLE READ or
+// SERIALIZABLE: the started key row is the transaction's first write (a twin waits on it),
+// updated to completed by Complete.
 func (s *Store) claimRowFirst(ctx context.Context, c storage.Claim, wait time.Duration) (storage.Lock, *storage.Record, error) {
 	tok := newToken()
 	args := claimArgs(c, tok, wait)[:8]

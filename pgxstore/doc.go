@@ -26,25 +26,37 @@
 //
 // # Atomic mode (the default)
 //
-// One transaction per keyed request, on one connection:
+// One transaction per keyed request, on one connection. At READ COMMITTED (the default)
+// the key row is written once, with the response:
 //
-//   - BEGIN and the claim go in one round trip. The claim is the transaction's first
-//     write: INSERT … ON CONFLICT DO NOTHING RETURNING; on a conflict a SELECT reads the
-//     row holding the key. A twin in flight makes the INSERT wait for it; the wait is
-//     bounded by lock_timeout, set for the transaction (so the handler's own statements
-//     run under it too; SET LOCAL lock_timeout again if they need longer), and its expiry
-//     answers 409.
+//   - BEGIN, the claim and a lookup go in one round trip. The claim writes nothing: when no
+//     row holds the key it takes the key's transaction-scoped advisory lock (a 64-bit hash
+//     of table, scope and key). A twin in flight holds it: the claim waits, bounded by
+//     lock_timeout (its expiry answers 409), and looks again, with a snapshot that sees
+//     what the twin committed, so it replays. lock_timeout is set for the transaction (so
+//     the handler's own statements run under it too; SET LOCAL lock_timeout again if they
+//     need longer).
 //   - The handler writes through Tx(ctx).
-//   - A storable response: the completion UPDATE and COMMIT go in one round trip, before
-//     the response is sent. A failed commit (a deferred constraint, say) is a 503 and
-//     leaves nothing. A 5xx, a panic or a cancelled request rolls back.
-//   - A serialization failure or a deadlock rolls back and answers 503 + Retry-After. At
-//     REPEATABLE READ, a twin that waited for a transaction that committed gets one: the
-//     store retries its claim (nothing of the request has run yet), and it replays.
+//   - A storable response: a plain INSERT of the completed key row and COMMIT go in one
+//     round trip, before the response is sent. The primary key is the final arbiter: where
+//     the lock did not serialise (an engine that accepts the call and does not lock), the
+//     twin's INSERT fails, its transaction is aborted and rolls back with the handler's
+//     writes, and it answers 503 + Retry-After (the retry replays). A failed commit (a
+//     deferred constraint, say) is a 503 and leaves nothing. A 5xx, a panic or a
+//     cancelled request rolls back.
+//   - A serialization failure or a deadlock rolls back and answers 503 + Retry-After.
 //
-// A first request thus costs the handler's statements plus four (BEGIN, claim, completion,
-// COMMIT) in two round trips of the store's own; a replay four (BEGIN, claim, lookup,
-// ROLLBACK) in three round trips, or with WithLookupFirst one statement outside a
+// At REPEATABLE READ or SERIALIZABLE (WithIsolation) a snapshot taken before the lock is
+// granted could not see a twin that committed in between, so the claim writes the started
+// key row first (INSERT … ON CONFLICT DO NOTHING RETURNING; a twin waits on the row, and a
+// SELECT reads it on a conflict) and the completion UPDATEs it; a twin that waited for a
+// transaction that committed gets a serialization failure, and the store retries its claim
+// (nothing of the request has run yet), which replays. WithClaimRowFirst selects that
+// claim at READ COMMITTED too, for engines whose advisory locks do not lock.
+//
+// A first request thus costs the handler's statements plus two round trips of the store's
+// own (BEGIN, lock and lookup; INSERT and COMMIT); a replay two round trips and no write
+// (BEGIN, lock and lookup; ROLLBACK), or with WithLookupFirst one statement outside a
 // transaction (first requests then pay one more round trip).
 //
 // # Phased mode

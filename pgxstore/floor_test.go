@@ -44,7 +44,7 @@ func postTwins(s *shop, key string, n int) []reply {
 	return replies
 }
 
-// TestAtomicTwinsRunTheHandlerOnce (WithSingleWrite): 20 and 200 identical requests at once, while the
+// TestAtomicTwinsRunTheHandlerOnce (the default single write): 20 and 200 identical requests at once, while the
 // first holds the key's advisory lock until the database shows the others waiting for it.
 // The handler runs once; one order and one key row commit; every other client gets a
 // byte-identical replay (or 409 when its lock wait ran out).
@@ -52,14 +52,14 @@ func postTwins(s *shop, key string, n int) []reply {
 // Not parallel with the package's other tests: 200 twins saturate the pool and the two
 // CPUs, and the others would then time out waiting for connections.
 //
-// READ COMMITTED only: at REPEATABLE READ the store writes the key row first even with
-// WithSingleWrite (twins wait on the row: TestMiddlewareParallelIdentical covers it).
+// READ COMMITTED only: at REPEATABLE READ the store writes the key row first (twins wait
+// on the row: TestMiddlewareParallelIdentical covers it).
 func TestAtomicTwinsRunTheHandlerOnce(t *testing.T) {
 	func(t *testing.T, iso pgx.TxIsoLevel) {
 		for _, n := range []int{20, 200} {
 			t.Run(fmt.Sprint(n), func(t *testing.T) {
 				db := newPool(t, poolSize, nil)
-				store, schema := newStore(t, db, pgxstore.WithIsolation(iso), pgxstore.WithSingleWrite())
+				store, schema := newStore(t, db, pgxstore.WithIsolation(iso))
 				s := newShopOn(t, db, store, schema, core.Config{LockWait: 10 * time.Second}, nil)
 				key := fmt.Sprintf("twins-%d", n)
 				// The pool has poolSize connections: the first request holds one, and up to
@@ -100,7 +100,7 @@ func TestAtomicTwinsRunTheHandlerOnce(t *testing.T) {
 	}(t, pgx.ReadCommitted)
 }
 
-// TestAtomicWithoutAdvisoryLocks runs the store (WithSingleWrite) on a database whose advisory-lock
+// TestAtomicWithoutAdvisoryLocks runs the store (the default single write) on a database whose advisory-lock
 // functions accept the call and do not lock, as some distributed engines do: the test's
 // schema defines pg_try_advisory_xact_lock and pg_advisory_xact_lock as no-ops and the
 // connections search it before pg_catalog, so the store's own SQL is unchanged. Eight
@@ -108,7 +108,7 @@ func TestAtomicTwinsRunTheHandlerOnce(t *testing.T) {
 // order); the primary key lets exactly one record the key, the others' INSERT fails, and
 // their transactions roll back with their orders: one order, one key row, one 201, seven
 // 503s, and a retry of any of them is a replay. READ COMMITTED only: at REPEATABLE READ
-// the store writes the key row first even with WithSingleWrite, and twins wait on it.
+// the store writes the key row first, and twins wait on it (as with WithClaimRowFirst).
 func TestAtomicWithoutAdvisoryLocks(t *testing.T) {
 	t.Parallel()
 	func(t *testing.T, iso pgx.TxIsoLevel) {
@@ -129,7 +129,7 @@ func TestAtomicWithoutAdvisoryLocks(t *testing.T) {
 		require.NoError(t, db.QueryRow(context.Background(), `SELECT pg_try_advisory_xact_lock(1) AND pg_try_advisory_xact_lock(1)`).Scan(&ok))
 		require.True(t, ok)
 
-		store := pgxstore.New(db, pgxstore.WithTable(schema+".idempotency_keys"), pgxstore.WithIsolation(iso), pgxstore.WithSingleWrite())
+		store := pgxstore.New(db, pgxstore.WithTable(schema+".idempotency_keys"), pgxstore.WithIsolation(iso))
 		require.NoError(t, store.Migrate(context.Background()))
 		s := newShopOn(t, db, store, schema, core.Config{LockWait: 10 * time.Second}, nil)
 		var mu sync.Mutex

@@ -102,20 +102,18 @@ func WithIsolation(level pgx.TxIsoLevel) Option {
 // same round trip as BEGIN).
 func WithLookupFirst() Option { return func(s *Store) { s.lookupFirst = true } }
 
-// WithSingleWrite makes an atomic claim write nothing: it takes the key's
-// transaction-scoped advisory lock (a twin in flight holds it, so a twin waits, up to the
-// lock wait, then replays) and looks the key up; Complete then inserts the completed row
-// with the response just before COMMIT, the request's one write to the key table. A
-// replay is two round trips and no write. The primary key stays the final arbiter: where
-// the lock does not serialise (an engine that accepts the call and does not lock, a
-// REPEATABLE READ snapshot taken just before a twin committed), the twin's INSERT fails,
-// its transaction rolls back with its business writes, and Complete returns an error
-// wrapping storage.ErrTransient (503; the retry replays). It applies at READ COMMITTED
-// only: at REPEATABLE READ or SERIALIZABLE (WithIsolation) a snapshot taken before the
-// lock is granted cannot see a twin that committed in between, so there the claim keeps
-// writing the key row first. Default: off, the started key row is the claim's first
-// write and Complete updates it.
-func WithSingleWrite() Option { return func(s *Store) { s.claimFirst = false } }
+// WithClaimRowFirst makes an atomic claim write the started key row first (INSERT … ON
+// CONFLICT DO NOTHING: a twin in flight waits on that row, up to the lock wait, then
+// replays), and Complete update it to completed: the key row is written twice. Use it
+// where the key's advisory lock does not serialise twins at READ COMMITTED (an engine
+// that accepts pg_advisory_xact_lock and does not lock, as some distributed
+// PostgreSQL-like databases do): there, without it, a twin runs its handler too and then
+// fails on the key's INSERT (503, rolled back; its retry replays). At REPEATABLE READ or
+// SERIALIZABLE (WithIsolation) the claim writes the row first anyway. Default: off at READ
+// COMMITTED: the claim takes the key's transaction-scoped advisory lock and looks the key
+// up, and Complete inserts the completed row just before COMMIT, the request's one write
+// to the key table (see the package documentation).
+func WithClaimRowFirst() Option { return func(s *Store) { s.claimFirst = true } }
 
 // WithSweepByPrimaryKey makes DeleteExpired delete by primary key instead of by ctid, for
 // databases without a stable ctid (Citus, CockroachDB, YugabyteDB). Default: by ctid.
@@ -146,14 +144,14 @@ func New(db DB, opts ...Option) *Store {
 	if db == nil {
 		panic("pgxstore: New needs a DB (a *pgxpool.Pool, *pgx.Conn or pgx.Tx)")
 	}
-	s := &Store{db: db, table: pgx.Identifier{defaultTable}, retention: storage.DefaultRetention, iso: pgx.ReadCommitted, claimFirst: true}
+	s := &Store{db: db, table: pgx.Identifier{defaultTable}, retention: storage.DefaultRetention, iso: pgx.ReadCommitted}
 	for _, o := range opts {
 		o(s)
 	}
 	if s.iso != pgx.ReadCommitted {
 		// A REPEATABLE READ snapshot is taken before the advisory lock is granted, so it
 		// cannot see a twin that committed in between: the twin's handler would run
-		// too. There the key row, written first, serialises twins (WithSingleWrite).
+		// too. There the key row, written first, serialises twins (WithClaimRowFirst).
 		s.claimFirst = true
 	}
 	switch db.(type) {

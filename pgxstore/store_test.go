@@ -12,14 +12,15 @@ import (
 )
 
 // TestConformance runs the store conformance suite on a pool, at both isolation levels
-// the store supports, with the default atomic claim and WithSingleWrite; each subtest has
-// its own schema.
+// the store supports, with both atomic claims: the default single write (the key's
+// advisory lock, the completed row inserted at Complete; at REPEATABLE READ it writes the
+// row first) and WithClaimRowFirst; each subtest has its own schema.
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	for _, v := range []struct {
 		name string
 		opts []pgxstore.Option
-	}{{"claim-first", nil}, {"single-write", []pgxstore.Option{pgxstore.WithSingleWrite()}}} {
+	}{{"single-write", nil}, {"row-first", []pgxstore.Option{pgxstore.WithClaimRowFirst()}}} {
 		for _, level := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead} {
 			t.Run(v.name+"/"+string(level), func(t *testing.T) {
 				t.Parallel()

@@ -124,7 +124,8 @@ type Store interface {
 	//
 	//   - No record, or a record past c.Retention whose lease is not live: the key is
 	//     claimed and a Lock returned. In ModeAtomic the lock holds an open transaction
-	//     whose first write is the claim; nothing is visible to others until Complete.
+	//     that holds the key (its first write, or a lock that makes twins wait, with the
+	//     row written by Complete); nothing is visible to others until Complete.
 	//     In ModePhased the claim commits at once with state started, recovery point
 	//     RecoveryStarted, a lease of c.Lease and a fresh fencing token.
 	//   - A completed record: returned as rec (the engine replays it or answers 422).

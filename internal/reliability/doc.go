@@ -24,8 +24,11 @@
 //
 // The settings:
 //
-//   - IDEM_FAULT_TRIALS: network-cut trials per store × database (TestFaultTrials: pgxstore
-//     × PostgreSQL; TestGormFaultTrials: gormstore × PostgreSQL and × MariaDB). Default 100.
+//   - IDEM_FAULT_TRIALS: network-cut trials per store × database × atomic claim
+//     (TestFaultTrials: pgxstore × PostgreSQL, the default single write and
+//     WithClaimRowFirst; TestGormFaultTrials: gormstore × PostgreSQL, the same two, and ×
+//     MariaDB). Default 100; at least one per moment (seven). One subtest alone, say:
+//     -run 'TestFaultTrials/single_write' or 'TestGormFaultTrials/PostgreSQL_single_write'.
 //   - IDEM_SQLITE_KILL_TRIALS: process-kill trials of gormstore × SQLite (the test binary
 //     re-executed as the application, killed by os.Exit or SIGKILL). Default 14, each
 //     moment once by each way.
@@ -35,8 +38,10 @@
 //   - IDEM_FLOOD_KEYS: the size of the one-scope key flood (TestKeyFloodFromOneScope).
 //     Default 10000.
 //
-// The trials log one summary line per store × database: attempted / acknowledged /
-// duplicated / lost, and per moment what the first request got and whether the retry
-// replayed or ran the handler again. TestSweeperUnderLoad logs the p99 latency of the
+// The trials log one summary line per store × database × claim: attempted / acknowledged /
+// duplicated / lost, and per moment how many trials exercised it (the first request sent
+// the claim's and, for a cut at or after it, the completion's statements of the form under
+// test: a pgx tracer or a GORM logger names them; every trial must), what the first
+// request got and whether the retry replayed or ran the handler again. TestSweeperUnderLoad logs the p99 latency of the
 // load's requests without and during the sweep; it asserts only correctness.
 package reliability

@@ -4,13 +4,17 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/gormstore"
 	"github.com/idemkit/idem/internal/reliability"
+	"github.com/idemkit/idem/pgxstore"
 )
 
 // cut is one moment at which a trial breaks the network between the store and the
@@ -26,6 +30,64 @@ type cut struct {
 	// replayOnly: the server committed and the client never heard of it, so the retry
 	// must replay without running the handler again.
 	replayOnly bool
+	// completes: the first request gets as far as sending the completion (the cut is at
+	// or after it), so the trial checks which form of completion the store sent.
+	completes bool
+}
+
+// step is a store statement (or pgx batch) for a trial's key, as the application's
+// observer names it: the form of the atomic claim and of its completion.
+type step int
+
+const (
+	claimRowFirst  step = iota + 1 // the claim INSERTs the started key row
+	claimLocked                    // the claim takes the key's advisory lock and looks it up (single write)
+	completeUpdate                 // the completion UPDATEs the key row to completed
+	completeInsert                 // the completion INSERTs the completed key row (single write)
+)
+
+// form is which atomic claim an application's store makes.
+type form int
+
+const (
+	rowFirst    form = iota + 1 // the started key row first, updated to completed
+	singleWrite                 // advisory lock + lookup, the completed row inserted before COMMIT
+)
+
+func (s step) String() string {
+	switch s {
+	case claimRowFirst:
+		return "claim:insert-started"
+	case claimLocked:
+		return "claim:advisory-lock+lookup"
+	case completeUpdate:
+		return "complete:update"
+	case completeInsert:
+		return "complete:insert-completed"
+	}
+	return fmt.Sprintf("step(%d)", int(s))
+}
+
+func (f form) String() string {
+	if f == singleWrite {
+		return "single write"
+	}
+	return "row first"
+}
+
+// claimStep and completeStep are the statements of the claim and the completion in form f.
+func (f form) claimStep() step {
+	if f == singleWrite {
+		return claimLocked
+	}
+	return claimRowFirst
+}
+
+func (f form) completeStep() step {
+	if f == singleWrite {
+		return completeInsert
+	}
+	return completeUpdate
 }
 
 // pgxCuts are the moments of issue 9 for pgxstore, in the order a request meets them,
@@ -45,9 +107,10 @@ func pgxCuts(in *instance) []cut {
 		downInHandler(in.proxy, in.setHooks, false),
 		downInHandler(in.proxy, in.setHooks, true),
 		{
-			name:  "before COMMIT",
-			arm:   func(key string) func() bool { return in.tracer.arm(key, completeBatch, false, in.proxy.Down).fired },
-			first: notRecorded,
+			name:      "before COMMIT",
+			arm:       func(key string) func() bool { return in.tracer.arm(key, completeBatch, false, in.proxy.Down).fired },
+			first:     notRecorded,
+			completes: true,
 		},
 		{
 			// The server commits; its answer never reaches the client.
@@ -70,6 +133,7 @@ func pgxCuts(in *instance) []cut {
 			},
 			first:      notRecorded,
 			replayOnly: true,
+			completes:  true,
 		},
 		{
 			// The cut lands anywhere from before the batch is sent to after COMMIT is answered.
@@ -79,12 +143,14 @@ func pgxCuts(in *instance) []cut {
 				p := in.tracer.arm(key, completeBatch, false, func() { downSoon(in.proxy, done) })
 				return func() bool { return p.fired() && waitClosed(done) }
 			},
-			first: createdOrNotRecorded,
+			first:     createdOrNotRecorded,
+			completes: true,
 		},
 		{
-			name:  "after COMMIT",
-			arm:   func(key string) func() bool { return in.tracer.arm(key, completeBatch, true, in.proxy.Down).fired },
-			first: originalCreated,
+			name:      "after COMMIT",
+			arm:       func(key string) func() bool { return in.tracer.arm(key, completeBatch, true, in.proxy.Down).fired },
+			first:     originalCreated,
+			completes: true,
 		},
 	}
 }
@@ -109,9 +175,10 @@ func wireCuts(p *reliability.Proxy, setHooks func(hooks)) []cut {
 		downInHandler(p, setHooks, true),
 		{
 			// The completion is written; COMMIT never reaches the server.
-			name:  "before COMMIT",
-			arm:   func(string) func() bool { return closedWithin(p.CutAt("COMMIT", reliability.BeforeCommand)) },
-			first: notRecorded,
+			name:      "before COMMIT",
+			arm:       func(string) func() bool { return closedWithin(p.CutAt("COMMIT", reliability.BeforeCommand)) },
+			first:     notRecorded,
+			completes: true,
 		},
 		{
 			// The server commits; its answer never reaches the client.
@@ -119,6 +186,7 @@ func wireCuts(p *reliability.Proxy, setHooks func(hooks)) []cut {
 			arm:        func(string) func() bool { return closedWithin(p.CutAt("COMMIT", reliability.BeforeReply)) },
 			first:      notRecorded,
 			replayOnly: true,
+			completes:  true,
 		},
 		{
 			// The cut lands anywhere from COMMIT's sending to after its answer.
@@ -134,13 +202,15 @@ func wireCuts(p *reliability.Proxy, setHooks func(hooks)) []cut {
 				}()
 				return closedWithin(done)
 			},
-			first: createdOrNotRecorded,
+			first:     createdOrNotRecorded,
+			completes: true,
 		},
 		{
 			// The client has COMMIT's answer; then the network goes.
-			name:  "after COMMIT",
-			arm:   func(string) func() bool { return closedWithin(p.CutAt("COMMIT", reliability.AfterReply)) },
-			first: originalCreated,
+			name:      "after COMMIT",
+			arm:       func(string) func() bool { return closedWithin(p.CutAt("COMMIT", reliability.AfterReply)) },
+			first:     originalCreated,
+			completes: true,
 		},
 	}
 }
@@ -156,7 +226,8 @@ func downInHandler(p *reliability.Proxy, setHooks func(hooks), afterWrite bool) 
 		}
 	}}
 	if afterWrite {
-		c = cut{name: "after the business write", first: notRecorded}
+		// The handler answers 201; the completion is sent on the cut connection.
+		c = cut{name: "after the business write", first: notRecorded, completes: true}
 	}
 	c.arm = func(key string) func() bool {
 		done := make(chan struct{})
@@ -236,7 +307,11 @@ func waitClosed[C ~<-chan struct{} | ~chan struct{}](ch C) bool {
 type tally struct {
 	attempted, acknowledged, duplicated, lost int
 	first2xx, first5xx, replays, reruns       int
-	elapsed                                   time.Duration
+	// exercised counts the trials whose first request sent the form's claim (and, for a
+	// cut at or after the completion, the form's completion) before the cut: the trials
+	// that tested the moment in the application's form.
+	exercised int
+	elapsed   time.Duration
 }
 
 // trialApp is an application under fault trials, with what the trials read of its
@@ -254,6 +329,10 @@ type trialApp struct {
 	duplicateKeys, completedKeys func() int
 	reset                        func()        // clears the handler's hooks
 	log                          func() string // the engine's last log lines, if kept
+	// form is the store's atomic claim; steps returns (and forgets) the store statements
+	// sent for a key so far, as the application's observer names them.
+	form  form
+	steps func(key string) []step
 }
 
 func (app trialApp) logLines() string {
@@ -270,6 +349,8 @@ func (app trialApp) logLines() string {
 // handler again. It logs one summary line for app and returns the totals.
 func runFaultTrials(t *testing.T, app trialApp, trials int) tally {
 	t.Helper()
+	require.GreaterOrEqual(t, trials, len(app.cuts), "every moment needs a trial")
+	require.NotNil(t, app.steps, "%s: no observer of the store's statements", app.name)
 	per := make([]tally, len(app.cuts))
 	start := time.Now()
 	for i := range trials {
@@ -293,6 +374,12 @@ func runFaultTrials(t *testing.T, app trialApp, trials int) tally {
 		app.reset()
 		c.first(t, first, app.calls() != callsBefore)
 		app.proxy.Up()
+		if sent := app.steps(key); slices.Contains(sent, app.form.claimStep()) &&
+			(!c.completes || slices.Contains(sent, app.form.completeStep())) {
+			tl.exercised++
+		} else {
+			t.Errorf("trial %d (%s): the first request sent %v, not the %s claim and completion", i, c.name, sent, app.form)
+		}
 
 		callsAfterFirst := app.calls()
 		replies := append([]reply{first}, app.ep.retryUntilDone(scope, key, "", body, 30)...)
@@ -356,16 +443,21 @@ func runFaultTrials(t *testing.T, app trialApp, trials int) tally {
 		total.acknowledged += tl.acknowledged
 		total.duplicated += tl.duplicated
 		total.lost += tl.lost
-		lines = append(lines, fmt.Sprintf("  %-38s attempted=%d first:2xx=%d/5xx=%d retry:replayed=%d handler-rerun=%d (%v a trial)",
-			app.cuts[ci].name, tl.attempted, tl.first2xx, tl.first5xx, tl.replays, tl.reruns,
+		lines = append(lines, fmt.Sprintf("  %-38s attempted=%d exercised=%d first:2xx=%d/5xx=%d retry:replayed=%d handler-rerun=%d (%v a trial)",
+			app.cuts[ci].name, tl.attempted, tl.exercised, tl.first2xx, tl.first5xx, tl.replays, tl.reruns,
 			(tl.elapsed/time.Duration(max(tl.attempted, 1))).Round(time.Millisecond)))
 	}
 	accepted, refused, cutConns := app.proxy.Stats()
-	t.Logf("%s: attempted=%d acknowledged=%d duplicated=%d lost=%d (%v; proxy: %d connections accepted, %d refused, %d cut)\n%s",
-		app.name, total.attempted, total.acknowledged, total.duplicated, total.lost, time.Since(start).Round(time.Millisecond),
+	t.Logf("%s, %s: attempted=%d acknowledged=%d duplicated=%d lost=%d (%v; proxy: %d connections accepted, %d refused, %d cut)\n%s",
+		app.name, app.form, total.attempted, total.acknowledged, total.duplicated, total.lost, time.Since(start).Round(time.Millisecond),
 		accepted, refused, cutConns, strings.Join(lines, "\n"))
 	if total.duplicated != 0 || total.lost != 0 {
 		t.Fatalf("duplicated=%d lost=%d, want 0 and 0", total.duplicated, total.lost)
+	}
+	for ci, tl := range per {
+		// Each moment was cut in the application's form of the claim, in every trial.
+		require.Positive(t, tl.exercised, "%s: no trial exercised %q in the %s form", app.name, app.cuts[ci].name, app.form)
+		require.Equal(t, tl.attempted, tl.exercised, "%s: %q", app.name, app.cuts[ci].name)
 	}
 	if total.acknowledged != total.attempted {
 		t.Fatalf("%d of %d trials never got a 2xx", total.attempted-total.acknowledged, total.attempted)
@@ -381,56 +473,70 @@ func runFaultTrials(t *testing.T, app trialApp, trials int) tally {
 }
 
 // TestFaultTrials cuts the network between pgxstore and PostgreSQL at each moment of a
-// request in turn (IDEM_FAULT_TRIALS trials, default 100); see runFaultTrials for what
-// every trial must show.
+// request in turn, in both forms of the atomic claim (the started key row first, and the
+// single write: advisory lock + lookup, the completed row inserted before COMMIT):
+// IDEM_FAULT_TRIALS trials each (default 100); see runFaultTrials for what every trial
+// must show.
 func TestFaultTrials(t *testing.T) {
 	t.Parallel()
 	trials := envInt(t, "IDEM_FAULT_TRIALS", 100)
-	d := newDB(t)
-	in := newInstance(t, d, instanceConfig{poolSize: 2})
-	runFaultTrials(t, trialApp{
-		name:  "pgxstore × PostgreSQL",
-		ep:    in.endpoint,
-		proxy: in.proxy,
-		calls: in.calls.Load,
-		cuts:  pgxCuts(in),
-		reset: func() { in.tracer.disarm(); in.setHooks(hooks{}) },
-		orders: func(scope, key string) int {
-			return d.orders(scope, key)
-		},
-		orderOf: func(id int64, key string) bool {
-			return d.count(`SELECT count(*) FROM orders WHERE id = $1 AND idem_key = $2`, id, key) == 1
-		},
-		duplicateKeys: func() int {
-			return d.count(`SELECT count(*) FROM (SELECT 1 FROM orders GROUP BY scope, idem_key HAVING count(*) > 1) dup`)
-		},
-		completedKeys: func() int { return d.count(`SELECT count(*) FROM idempotency_keys WHERE state = 'completed'`) },
-	}, trials)
+	for _, tc := range []struct {
+		form form
+		opts []pgxstore.Option
+	}{
+		{singleWrite, nil}, // the default
+		{rowFirst, []pgxstore.Option{pgxstore.WithClaimRowFirst()}},
+	} {
+		t.Run(tc.form.String(), func(t *testing.T) {
+			t.Parallel()
+			d := newDB(t)
+			in := newInstance(t, d, instanceConfig{poolSize: 2, opts: tc.opts})
+			runFaultTrials(t, trialApp{
+				name:  "pgxstore × PostgreSQL",
+				ep:    in.endpoint,
+				proxy: in.proxy,
+				calls: in.calls.Load,
+				cuts:  pgxCuts(in),
+				reset: func() { in.tracer.disarm(); in.setHooks(hooks{}) },
+				form:  tc.form,
+				steps: in.tracer.steps,
+				orders: func(scope, key string) int {
+					return d.orders(scope, key)
+				},
+				orderOf: func(id int64, key string) bool {
+					return d.count(`SELECT count(*) FROM orders WHERE id = $1 AND idem_key = $2`, id, key) == 1
+				},
+				duplicateKeys: func() int {
+					return d.count(`SELECT count(*) FROM (SELECT 1 FROM orders GROUP BY scope, idem_key HAVING count(*) > 1) dup`)
+				},
+				completedKeys: func() int { return d.count(`SELECT count(*) FROM idempotency_keys WHERE state = 'completed'`) },
+			}, trials)
+		})
+	}
 }
 
-// TestGormFaultTrials runs the fault trials on gormstore, between it and PostgreSQL (the
-// default claim, and WithSingleWrite's advisory lock with the key row written at the end)
-// and between it and MariaDB, with the cuts placed on the wire (wireCuts):
-// IDEM_FAULT_TRIALS trials each (default 100).
+// TestGormFaultTrials runs the fault trials on gormstore, between it and PostgreSQL in
+// both forms of the atomic claim (the started key row first, and the single write:
+// advisory lock + lookup, the completed row inserted before COMMIT) and between it and
+// MariaDB, with the cuts placed on the wire (wireCuts): IDEM_FAULT_TRIALS trials each
+// (default 100).
 func TestGormFaultTrials(t *testing.T) {
 	t.Parallel()
 	trials := envInt(t, "IDEM_FAULT_TRIALS", 100)
 	for _, tc := range []struct {
-		name    string
 		dialect gormDialect
+		form    form
 		opts    []gormstore.Option
 	}{
-		{"PostgreSQL", onPostgres, nil},
-		{"PostgreSQL, single write", onPostgres, []gormstore.Option{gormstore.WithSingleWrite()}},
-		{"MariaDB", onMariaDB, nil},
+		{onPostgres, singleWrite, nil}, // the default
+		{onPostgres, rowFirst, []gormstore.Option{gormstore.WithClaimRowFirst()}},
+		{onMariaDB, rowFirst, nil},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
+		t.Run(tc.dialect.String()+" "+tc.form.String(), func(t *testing.T) {
 			t.Parallel()
 			a := newGormApp(t, newGormDB(t, tc.dialect), gormAppConfig{poolSize: 2, opts: tc.opts})
 			app := a.trialApp()
-			if tc.opts != nil {
-				app.name += " (WithSingleWrite)"
-			}
+			app.form = tc.form
 			runFaultTrials(t, app, trials)
 		})
 	}

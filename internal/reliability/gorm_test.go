@@ -178,6 +178,7 @@ type gormApp struct {
 	calls atomic.Int64 // handler runs
 	hooks atomic.Pointer[hooks]
 	log   *logRing // the engine's log lines, unless the config brought a logger
+	stmts *stmtLog // the key-table statements the store sent
 	// business, when set, runs after the order's INSERT in the request's transaction; a
 	// non-nil error is answered as the application answers database errors.
 	business atomic.Pointer[func(ctx context.Context, tx *gorm.DB, r *http.Request) error]
@@ -200,7 +201,8 @@ func newGormApp(t *testing.T, d *gormDB, ac gormAppConfig) *gormApp {
 		t.Cleanup(func() { _ = p.Close() })
 		a.proxy, addr = p, p.Addr()
 	}
-	a.gdb = d.open(addr, ac.poolSize)
+	a.stmts = &stmtLog{}
+	a.gdb = d.open(addr, ac.poolSize).Session(&gorm.Session{Logger: a.stmts})
 	a.store = gormstore.New(a.gdb, ac.opts...)
 	cfg := ac.cfg
 	cfg.Store = a.store
@@ -289,6 +291,8 @@ func (a *gormApp) trialApp() trialApp {
 		calls:  a.calls.Load,
 		cuts:   wireCuts(a.proxy, a.setHooks),
 		reset:  func() { a.setHooks(hooks{}) },
+		form:   a.form(),
+		steps:  a.stmts.steps,
 		orders: d.orders,
 		orderOf: func(id int64, key string) bool {
 			return d.count(`SELECT count(*) FROM orders WHERE id = ? AND idem_key = ?`, id, key) == 1
@@ -298,6 +302,75 @@ func (a *gormApp) trialApp() trialApp {
 		},
 		completedKeys: func() int { return d.count(`SELECT count(*) FROM idempotency_keys WHERE state = 'completed'`) },
 	}
+}
+
+// stmtLog is a GORM logger that keeps the store's claim and completion statements (each
+// as GORM renders it, arguments inlined, sent or failed), so a fault trial can check which
+// form of the atomic claim it cut. It logs nothing.
+type stmtLog struct {
+	mu   sync.Mutex
+	sent []string
+}
+
+var _ logger.Interface = (*stmtLog)(nil)
+
+func (l *stmtLog) LogMode(logger.LogLevel) logger.Interface { return l }
+func (l *stmtLog) Info(context.Context, string, ...any)     {}
+func (l *stmtLog) Warn(context.Context, string, ...any)     {}
+func (l *stmtLog) Error(context.Context, string, ...any)    {}
+
+// Trace keeps the statements on the key table that stepOf names.
+func (l *stmtLog) Trace(_ context.Context, _ time.Time, fc func() (string, int64), _ error) {
+	sql, _ := fc()
+	if stepOf(sql) == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sent = append(l.sent, sql)
+}
+
+// steps returns the steps of the statements kept for key, and forgets every statement kept
+// so far (a trial asks once, after its first request).
+func (l *stmtLog) steps(key string) []step {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []step
+	for _, sql := range l.sent {
+		if strings.Contains(sql, "'"+key+"'") {
+			out = append(out, stepOf(sql))
+		}
+	}
+	l.sent = l.sent[:0]
+	return out
+}
+
+// stepOf names a gormstore statement on the key table (PostgreSQL or MySQL, as GORM
+// renders it with its arguments inlined), or 0.
+func stepOf(sql string) step {
+	if !strings.Contains(sql, "idempotency_keys") {
+		return 0
+	}
+	switch {
+	case strings.Contains(sql, "pg_try_advisory_xact_lock"):
+		return claimLocked
+	case strings.HasPrefix(sql, "INSERT") && strings.Contains(sql, "'completed'"):
+		return completeInsert // its recovery point may be 'started' too
+	case strings.HasPrefix(sql, "INSERT") && strings.Contains(sql, "'started'"):
+		return claimRowFirst
+	case strings.HasPrefix(sql, "UPDATE") && strings.Contains(sql, "SET state = 'completed'"):
+		return completeUpdate
+	}
+	return 0
+}
+
+// form is the atomic claim the app's store makes by default: the single write on
+// PostgreSQL, the key row first on MariaDB (a test with WithClaimRowFirst says so itself).
+func (a *gormApp) form() form {
+	if a.db.dialect == onPostgres {
+		return singleWrite
+	}
+	return rowFirst
 }
 
 // keyState reads a key's state; ok is false when the table has no such key.

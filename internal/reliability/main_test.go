@@ -239,6 +239,7 @@ type instanceConfig struct {
 	// deadline, when positive, gives every request a context deadline (as a server's
 	// timeout middleware would), set before the idem middleware.
 	deadline time.Duration
+	opts     []pgxstore.Option // the store's options, after its table and isolation
 	// cfg is the engine's configuration; Store and Scope are set by newInstance.
 	cfg core.Config
 }
@@ -288,7 +289,8 @@ func newInstance(t *testing.T, d *db, ic instanceConfig) *instance {
 		pc.port = p.Port()
 	}
 	in.pool = openPool(t, d.connURL, pc)
-	in.store = pgxstore.New(in.pool, pgxstore.WithTable(d.schema+"."+pgxstore.DefaultTable), pgxstore.WithIsolation(ic.iso))
+	in.store = pgxstore.New(in.pool, append([]pgxstore.Option{pgxstore.WithTable(d.schema + "." + pgxstore.DefaultTable),
+		pgxstore.WithIsolation(ic.iso)}, ic.opts...)...)
 	cfg := ic.cfg
 	cfg.Store = in.store
 	eng, err := core.New(cfg)
@@ -516,19 +518,26 @@ func mustProblem(t *testing.T, r reply, status int, kind core.ProblemKind, retry
 }
 
 // faultTracer lets a test act when the store sends a given batch for a given key: the
-// claim (BEGIN + INSERT) or the completion (UPDATE + COMMIT), before it is sent or after
-// its results are read.
+// claim or the completion (in either form of the atomic claim, see batchKind), before it
+// is sent or after its results are read. It also keeps, per key, the store statements
+// sent for it (see steps), so a trial can check which form of the claim it cut.
 type faultTracer struct {
 	mu   sync.Mutex
 	plan *plan
+	sent map[string][]step
 }
 
-// batchKind names the store's batches.
+// batchKind names the store's batches, as moments of a request.
 type batchKind int
 
 const (
-	claimBatch    batchKind = iota + 1 // BEGIN + INSERT … ON CONFLICT DO NOTHING
-	completeBatch                      // UPDATE … state = 'completed' + COMMIT
+	// claimBatch is the atomic claim's first round trip: BEGIN + INSERT … ON CONFLICT DO
+	// NOTHING of the started row (row first), or BEGIN + the key's advisory lock + its
+	// lookup (single write; without BEGIN when the store begins on its own).
+	claimBatch batchKind = iota + 1
+	// completeBatch is the completion: UPDATE … state = 'completed' + COMMIT (row first),
+	// or the INSERT of the completed row + COMMIT (single write).
+	completeBatch
 )
 
 // plan is one action at one point: before (start) or after (end, only when the batch
@@ -567,6 +576,25 @@ func (ft *faultTracer) take(kind batchKind, key string, end bool) *plan {
 	return p
 }
 
+// note records that the store sent a statement of step s for key.
+func (ft *faultTracer) note(key string, s step) {
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	if ft.sent == nil {
+		ft.sent = make(map[string][]step)
+	}
+	ft.sent[key] = append(ft.sent[key], s)
+}
+
+// steps returns the store statements sent for key so far, and forgets them.
+func (ft *faultTracer) steps(key string) []step {
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	s := ft.sent[key]
+	delete(ft.sent, key)
+	return s
+}
+
 func (p *plan) run() {
 	p.act()
 	close(p.done)
@@ -582,20 +610,35 @@ func (p *plan) fired() bool {
 	}
 }
 
-func kindOf(b *pgx.Batch) (batchKind, string) {
-	if b == nil || len(b.QueuedQueries) != 2 {
-		return 0, ""
+// kindOf names a pgxstore batch: its moment, the key it is for, and the step (the form of
+// the claim or completion) it is.
+func kindOf(b *pgx.Batch) (batchKind, string, step) {
+	if b == nil || len(b.QueuedQueries) < 2 {
+		return 0, "", 0
 	}
-	first, second := b.QueuedQueries[0], b.QueuedQueries[1]
+	q := b.QueuedQueries
+	if strings.HasPrefix(strings.ToLower(q[0].SQL), "begin") {
+		q = q[1:]
+	}
+	first, last := q[0], b.QueuedQueries[len(b.QueuedQueries)-1]
+	arg := func(qq *pgx.QueuedQuery, i int) string {
+		if len(qq.Arguments) <= i {
+			return ""
+		}
+		k, _ := qq.Arguments[i].(string)
+		return k
+	}
 	switch {
-	case strings.HasPrefix(strings.ToLower(first.SQL), "begin") && strings.HasPrefix(second.SQL, "INSERT INTO") && len(second.Arguments) > 1:
-		k, _ := second.Arguments[1].(string)
-		return claimBatch, k
-	case strings.Contains(first.SQL, "state = 'completed'") && strings.EqualFold(second.SQL, "commit") && len(first.Arguments) > 1:
-		k, _ := first.Arguments[1].(string)
-		return completeBatch, k
+	case len(q) == 1 && len(b.QueuedQueries) == 2 && strings.HasPrefix(first.SQL, "INSERT INTO") && strings.Contains(first.SQL, "ON CONFLICT"):
+		return claimBatch, arg(first, 1), claimRowFirst
+	case len(q) == 2 && strings.Contains(first.SQL, "pg_try_advisory_xact_lock") && strings.HasPrefix(q[1].SQL, "SELECT false"):
+		return claimBatch, arg(first, 3), claimLocked
+	case len(b.QueuedQueries) == 2 && strings.EqualFold(last.SQL, "commit") && strings.HasPrefix(first.SQL, "UPDATE") && strings.Contains(first.SQL, "state = 'completed'"):
+		return completeBatch, arg(first, 1), completeUpdate
+	case len(b.QueuedQueries) == 2 && strings.EqualFold(last.SQL, "commit") && strings.HasPrefix(first.SQL, "INSERT INTO") && strings.Contains(first.SQL, "'completed'"):
+		return completeBatch, arg(first, 1), completeInsert
 	}
-	return 0, ""
+	return 0, "", 0
 }
 
 type batchCtxKey struct{}
@@ -607,10 +650,11 @@ func (ft *faultTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.T
 func (ft *faultTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 func (ft *faultTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
-	kind, key := kindOf(data.Batch)
+	kind, key, st := kindOf(data.Batch)
 	if kind == 0 {
 		return ctx
 	}
+	ft.note(key, st)
 	if p := ft.take(kind, key, false); p != nil {
 		p.run()
 	}
