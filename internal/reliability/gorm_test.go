@@ -50,7 +50,7 @@ func (d gormDialect) String() string {
 }
 
 // sqliteParams are the demo's SQLite settings (examples/internal/demo/backend.go): WAL,
-// a busy timeout, synchronous NORMAL.
+// a busy timeout, synchronous FULL.
 const sqliteParams = "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=synchronous(FULL)"
 
 // gormDB is one test's database for gormstore: a PostgreSQL schema, a MariaDB database
