@@ -597,29 +597,3 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 	}()
 }
 
-func TestSweeperDeletesExpiredKeys(t *testing.T) {
-	t.Parallel()
-	// The keys are made two hours ago by the store's clock; the sweeper's cut-off is an
-	// hour ago by the real one.
-	twoHoursAgo := func() time.Time { return time.Now().Add(-2 * time.Hour) }
-	store := memstore.New(memstore.WithClock(twoHoursAgo), memstore.WithRetention(time.Hour))
-	hs := newHarness(t, core.Config{Store: store}, nil)
-	for i := range 7 {
-		hs.do("POST", fmt.Sprintf("k%d", i), orderJSON)
-	}
-	sw := &core.Sweeper{Store: store, BatchSize: 3}
-	n, err := sw.Sweep(context.Background())
-	if err != nil || n != 7 {
-		t.Fatalf("Sweep = %d, %v; want 7 in batches of 3", n, err)
-	}
-	if store.Len() != 0 {
-		t.Fatalf("%d keys left", store.Len())
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- sw.Run(ctx) }()
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run returned %v after cancel", err)
-	}
-}

@@ -21,12 +21,18 @@ type Sweeper struct {
 	Interval time.Duration
 	// BatchSize is the most keys one DeleteExpired call removes. Default: 5000.
 	BatchSize int
+	// Pause is how long the sweeper rests between two batches of one sweep, so that the
+	// claims a batch held up get in: a database with one write lock (SQLite) otherwise
+	// serves a long sweep's batches back to back while claims wait. Default (0): as long
+	// as the batch before took, so a sweep takes at most half the database's time;
+	// negative: no pause.
+	Pause time.Duration
 	// Logger receives a debug line per sweep and errors. Default: discards.
 	Logger *slog.Logger
 }
 
-// Sweep deletes expired keys batch after batch until a batch comes back short, and
-// reports how many it deleted.
+// Sweep deletes expired keys batch after batch, resting Pause between two, until a batch
+// comes back short, and reports how many it deleted.
 func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 	if s.Store == nil {
 		return 0, fmt.Errorf("%w: Sweeper.Store: required", ErrInvalidConfig)
@@ -41,6 +47,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 	before := time.Now().Add(-retention)
 	total := 0
 	for {
+		began := time.Now()
 		n, err := s.Store.DeleteExpired(ctx, before, batch)
 		total += n
 		if err != nil {
@@ -49,6 +56,28 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 		if n < batch {
 			return total, nil
 		}
+		if err := s.rest(ctx, time.Since(began)); err != nil {
+			return total, fmt.Errorf("idem: sweeping expired keys: %w", err)
+		}
+	}
+}
+
+// rest waits Pause (or took, by default) between two batches, or until ctx is done.
+func (s *Sweeper) rest(ctx context.Context, took time.Duration) error {
+	pause := s.Pause
+	if pause == 0 {
+		pause = took
+	}
+	if pause <= 0 || ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	t := time.NewTimer(pause)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
 	}
 }
 
