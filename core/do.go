@@ -72,8 +72,7 @@ func (e *Engine) Do(ctx context.Context, scope, id string, fingerprint []byte, f
 	case rec != nil:
 		return e.doHeld(ctx, c, rec)
 	}
-	result, err = e.doRun(ctx, c, lock, fn)
-	return result, false, err
+	return e.doRun(ctx, c, lock, fn)
 }
 
 // doDomain separates Do's fingerprints from requests': a message ID never matches a
@@ -101,8 +100,9 @@ func (e *Engine) doHeld(ctx context.Context, c *call, rec *storage.Record) ([]by
 	return bytes.Clone(rec.Response.Body), true, nil
 }
 
-// doRun runs fn under lock and records its result.
-func (e *Engine) doRun(ctx context.Context, c *call, lock storage.Lock, fn func(context.Context) ([]byte, error)) ([]byte, error) {
+// doRun runs fn under lock and records its result; when a twin recorded the ID first,
+// its result is returned instead, as a replay.
+func (e *Engine) doRun(ctx context.Context, c *call, lock storage.Lock, fn func(context.Context) ([]byte, error)) ([]byte, bool, error) {
 	e.observe(ctx, c, e.started(ctx, c, lock), 0, nil)
 
 	rn := newRun(ctx, c.Scope, c.Key, lock, nil)
@@ -115,30 +115,33 @@ func (e *Engine) doRun(ctx context.Context, c *call, lock storage.Lock, fn func(
 	rctx := context.WithoutCancel(ctx) // fn is done: recording must not be cut short
 	if err := interrupted(ctx, &rn.op); err != nil {
 		if errors.Is(err, ErrLeaseLost) {
-			return nil, e.doInProgress(ctx, c, withRelease(err, e.release(rctx, c, lock)))
+			return nil, false, e.doInProgress(ctx, c, withRelease(err, e.release(rctx, c, lock)))
 		}
 		e.observe(ctx, c, OutcomeRolledBack, 0, e.rolledBack(rctx, c, lock, err))
-		return nil, fmt.Errorf("idem: Do %q: cancelled before it finished; nothing was recorded: %w", c.Key, err)
+		return nil, false, fmt.Errorf("idem: Do %q: cancelled before it finished; nothing was recorded: %w", c.Key, err)
 	}
 	if ferr != nil {
 		e.observe(ctx, c, OutcomeRolledBack, 0, e.rolledBack(rctx, c, lock, ferr))
-		return nil, fmt.Errorf("idem: Do %q: %w", c.Key, ferr)
+		return nil, false, fmt.Errorf("idem: Do %q: %w", c.Key, ferr)
 	}
 	if len(result) > e.cfg.MaxResponseBody {
 		err := fmt.Errorf("idem: Do %q: the result of %d bytes is over MaxResponseBody (%d); nothing was recorded", c.Key, len(result), e.cfg.MaxResponseBody)
 		e.observe(ctx, c, OutcomeRolledBack, 0, e.rolledBack(rctx, c, lock, err))
-		return nil, err
+		return nil, false, err
 	}
 	if err := e.complete(rctx, c, lock, &storage.Response{Status: http.StatusOK, Body: result}); err != nil {
 		if errors.Is(err, ErrLeaseLost) {
-			return nil, e.doInProgress(ctx, c, err)
+			return nil, false, e.doInProgress(ctx, c, err)
+		}
+		if rec := e.twinRecord(rctx, c, err); rec != nil {
+			return e.doHeld(ctx, c, rec)
 		}
 		e.cfg.Logger.LogAttrs(rctx, slog.LevelError, "idem: recording the outcome of Do failed; the caller gets an error and may retry", e.attrs(c, err)...)
 		e.observe(ctx, c, OutcomeStoreError, 0, err)
-		return nil, fmt.Errorf("idem: Do %q: the outcome could not be recorded or confirmed; retry: %w", c.Key, err)
+		return nil, false, fmt.Errorf("idem: Do %q: the outcome could not be recorded or confirmed; retry: %w", c.Key, err)
 	}
 	e.observe(ctx, c, OutcomeCompleted, 0, nil)
-	return result, nil
+	return result, false, nil
 }
 
 // doInProgress reports an ID another worker holds. err wraps ErrInProgress or

@@ -303,6 +303,10 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c *call, lock s
 			e.inProgress(w, r, c, err)
 			return
 		}
+		if rec := e.twinRecord(rctx, c, err); rec != nil {
+			e.answer(w, r, c, rec)
+			return
+		}
 		e.cfg.Logger.LogAttrs(rctx, slog.LevelError, "idem: recording the response failed; the client gets 503 and may retry", e.attrs(c, err)...)
 		e.problem(w, r, c, OutcomeStoreError, e.newProblem(ProblemNotRecorded,
 			"The request's outcome could not be recorded or confirmed. Retry with the same key: you will get its result, and it runs at most once.", err))
@@ -363,6 +367,29 @@ func (e *Engine) complete(ctx context.Context, c *call, lock storage.Lock, resp 
 		return withRelease(err, e.release(ctx, c, lock))
 	}
 	return nil
+}
+
+// twinRecord reads back the key's record after a completion failed with err because a
+// twin recorded the key first (ErrRecordedFirst): everything of this request rolled back,
+// so the twin's outcome is the answer. Claiming again finds the record; nil when err is
+// another failure, or when the record cannot be read (then a claim that got the key
+// instead, the twin's record being gone, gives it up at once).
+func (e *Engine) twinRecord(ctx context.Context, c *call, err error) *storage.Record {
+	if !errors.Is(err, ErrRecordedFirst) {
+		return nil
+	}
+	e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "idem: a twin recorded the key first; this request rolled back and answers with the twin's outcome", e.attrs(c, err)...)
+	began := c.since()
+	lock, rec, err := e.cfg.Store.Claim(ctx, c.Claim)
+	c.claim += c.since() - began
+	if err != nil {
+		return nil
+	}
+	if lock != nil {
+		_ = lock.Release(ctx)
+		return nil
+	}
+	return rec
 }
 
 // release gives the key up, so that a retry runs again, and returns the store's error.

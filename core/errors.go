@@ -49,6 +49,12 @@ var (
 	// 503 with Retry-After.
 	ErrTransient = storage.ErrTransient
 
+	// ErrRecordedFirst reports that a twin request recorded the key first, so this
+	// request's transaction rolled back; it wraps with ErrTransient. The engine answers
+	// such a request with the twin's outcome; Do returns it only when the twin's record
+	// could not be read back.
+	ErrRecordedFirst = storage.ErrRecordedFirst
+
 	// ErrUnsupportedMode reports a mode the store cannot run, such as atomic mode on a
 	// store with no transaction to share; New wraps it in its ErrInvalidConfig.
 	ErrUnsupportedMode = storage.ErrUnsupportedMode

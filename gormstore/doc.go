@@ -61,8 +61,9 @@
 // read (a replay writes nothing), or replaced or taken over as below. The primary key is
 // the final arbiter: where advisory locks do not lock (some distributed engines accept
 // the call and do nothing), a twin runs its handler too and its INSERT fails on the key:
-// its transaction rolls back with its writes, and Complete returns storage.ErrTransient
-// (503; the retry replays). WithClaimRowFirst makes twins wait on the key row instead.
+// its transaction rolls back with its writes, Complete returns storage.ErrRecordedFirst,
+// and the engine answers it with the winner's replay (or 422 for a different request).
+// WithClaimRowFirst makes twins wait on the key row instead, so the handler runs once.
 //
 // Otherwise (WithClaimRowFirst, REPEATABLE READ, SERIALIZABLE, phased mode) the claim is
 // INSERT … ON CONFLICT DO NOTHING (clause.OnConflict), then SELECT … FOR UPDATE on a

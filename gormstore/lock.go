@@ -276,8 +276,8 @@ func (l *lock) Release(ctx context.Context) error {
 
 // record inserts the completed row and commits: the one write of an atomic claim that
 // wrote nothing (claimLocked). If a twin recorded the key first, the INSERT fails on the
-// primary key, the transaction rolls back with the handler's writes, and a retry gets the
-// twin's response (storage.ErrTransient).
+// primary key, the transaction rolls back with the handler's writes, and the engine
+// answers with the twin's response (storage.ErrRecordedFirst, with storage.ErrTransient).
 func (l *lock) record(ctx context.Context, tx *gorm.DB, r *storage.Response) error {
 	res := tx.WithContext(ctx).Exec(l.s.recordSQL, l.scope, l.key, l.fingerprint, l.method, l.path,
 		string(storage.StateCompleted), l.point, r.Status, storage.EncodeHeader(r.Header), r.Body)
@@ -288,7 +288,7 @@ func (l *lock) record(ctx context.Context, tx *gorm.DB, r *storage.Response) err
 		tx.Rollback()
 		var pg interface{ SQLState() string }
 		if errors.As(res.Error, &pg) && pg.SQLState() == "23505" {
-			return fmt.Errorf("gormstore: complete: a twin recorded key %q first; rolled back: %w: %w", l.key, storage.ErrTransient, res.Error)
+			return fmt.Errorf("gormstore: complete: key %q: rolled back: %w (%w): %w", l.key, storage.ErrRecordedFirst, storage.ErrTransient, res.Error)
 		}
 		return wrap(ctx, "complete", res.Error)
 	}

@@ -48,8 +48,8 @@ func WithLookupFirst() Option {
 // completed: the key row is written twice. Use it where the key's advisory lock does not
 // serialise twins at READ COMMITTED (an engine that accepts pg_advisory_xact_lock and does
 // not lock, as some distributed PostgreSQL-like databases do): there, without it, a twin
-// runs its handler too and then fails on the key's INSERT (503, rolled back; its retry
-// replays). At REPEATABLE READ or SERIALIZABLE the claim writes the row first anyway.
+// runs its handler too and then fails on the key's INSERT (rolled back; it answers with
+// the winner's replay). At REPEATABLE READ or SERIALIZABLE the claim writes the row first anyway.
 // MySQL/MariaDB and SQLite always claim with the key row's INSERT. Default: off on
 // PostgreSQL at READ COMMITTED: the claim takes the key's transaction-scoped advisory lock
 // and looks the key up, and Complete inserts the completed row just before COMMIT, the

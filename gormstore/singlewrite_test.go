@@ -1,6 +1,7 @@
 package gormstore_test
 
 import (
+	"database/sql"
 	"net/url"
 	"testing"
 
@@ -66,4 +67,44 @@ func TestAtomicClaimFollowsTheTransactionsLevel(t *testing.T) {
 			assert.Equal(t, created.Body, rec.Response.Body)
 		})
 	}
+}
+
+// TestAtomicTwinRecordedFirst: on an engine whose advisory-lock functions accept the call
+// and do not lock (the test's schema defines them as no-ops, searched before pg_catalog),
+// two twins both get the key at READ COMMITTED. The first to complete records it; the
+// second's INSERT fails on the primary key and its Complete returns an error wrapping
+// storage.ErrRecordedFirst (and storage.ErrTransient), its transaction and its business
+// row rolled back, so that the engine answers it with the winner's record.
+func TestAtomicTwinRecordedFirst(t *testing.T) {
+	t.Parallel()
+	connURL, schema := testdb.PostgresSchema(t)
+	u, err := url.Parse(connURL)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("search_path", schema+",pg_catalog") // no space: url.Values would write it as +
+	u.RawQuery = q.Encode()
+	db := finish(t, postgres.Open(u.String()))
+	require.NoError(t, db.Exec(`CREATE FUNCTION `+schema+`.pg_try_advisory_xact_lock(bigint) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+		CREATE FUNCTION `+schema+`.pg_advisory_xact_lock(bigint) RETURNS void LANGUAGE sql AS 'SELECT'`).Error)
+	require.NoError(t, db.Exec(`CREATE TABLE `+schema+`.orders (id serial PRIMARY KEY, key text NOT NULL)`).Error)
+	s := gormstore.New(db, gormstore.WithTable(schema+".idempotency_keys"), gormstore.WithIsolation(sql.LevelReadCommitted))
+	require.NoError(t, s.Migrate(t.Context()))
+
+	c := claimFor("twin", "a", storage.ModeAtomic)
+	first, second := mustLock(t, s, c), mustLock(t, s, c)
+	for _, l := range []storage.Lock{first, second} {
+		require.NoError(t, gormstore.DB(l.Context(t.Context())).Exec(`INSERT INTO `+schema+`.orders (key) VALUES (?)`, c.Key).Error)
+	}
+	require.NoError(t, first.Complete(t.Context(), created))
+	err = second.Complete(t.Context(), created)
+	require.ErrorIs(t, err, storage.ErrRecordedFirst)
+	require.ErrorIs(t, err, storage.ErrTransient)
+	require.NoError(t, second.Release(t.Context()), "Release after a failed Complete")
+
+	var orders int64
+	require.NoError(t, db.Raw(`SELECT count(*) FROM `+schema+`.orders`).Scan(&orders).Error)
+	assert.EqualValues(t, 1, orders, "the loser's order rolled back")
+	rec := mustRecord(t, s, c)
+	assert.Equal(t, storage.StateCompleted, rec.State)
+	assert.Equal(t, created.Body, rec.Response.Body)
 }

@@ -106,8 +106,9 @@ func TestAtomicTwinsRunTheHandlerOnce(t *testing.T) {
 // connections search it before pg_catalog, so the store's own SQL is unchanged. Eight
 // twins then all run the handler at once (each waits until all eight have written their
 // order); the primary key lets exactly one record the key, the others' INSERT fails, and
-// their transactions roll back with their orders: one order, one key row, one 201, seven
-// 503s, and a retry of any of them is a replay. READ COMMITTED only: at REPEATABLE READ
+// their transactions roll back with their orders (storage.ErrRecordedFirst), and each of
+// them answers with the winner's replay: one order, one key row, one 201 and seven
+// byte-identical replays. READ COMMITTED only: at REPEATABLE READ
 // the store writes the key row first, and twins wait on it (as with WithClaimRowFirst).
 func TestAtomicWithoutAdvisoryLocks(t *testing.T) {
 	t.Parallel()
@@ -150,24 +151,42 @@ func TestAtomicWithoutAdvisoryLocks(t *testing.T) {
 		}
 		replies := postTwins(s, "no-lock", n)
 		assert.EqualValues(t, n, s.calls.Load(), "without the advisory lock every twin runs the handler")
-		var originals, collided int
-		for _, r := range replies {
+		var original *reply
+		replayed := 0
+		for i, r := range replies {
 			switch {
 			case r.status == http.StatusCreated && !r.replayed():
-				originals++
-			case r.status == http.StatusServiceUnavailable:
-				collided++
-				assert.NotEmpty(t, r.header.Get("Retry-After"), "503 %v", r)
+				assert.Nil(t, original, "a second original %v", r)
+				original = &replies[i]
+			case r.status == http.StatusCreated:
+				replayed++
 			default:
 				t.Errorf("unexpected reply %v", r)
 			}
 		}
-		assert.Equal(t, 1, originals, "one twin's request is recorded")
-		assert.Equal(t, n-1, collided, "the others fail on the key's INSERT")
+		require.NotNil(t, original, "one twin's request is recorded")
+		assert.Equal(t, n-1, replayed, "the others fail on the key's INSERT and answer with its replay")
+		for _, r := range replies {
+			assert.Equal(t, original.body, r.body, "every twin gets the recorded body")
+		}
 		assert.Equal(t, 1, s.orders("true"), "the losers' orders rolled back")
 		assert.Equal(t, 1, s.keys(), "key rows")
 		r := s.post("no-lock", `{"amount": 100, "customer": 1}`)
 		assert.Equal(t, http.StatusCreated, r.status)
 		assert.True(t, r.replayed(), "a retry after the collision is a replay: %v", r)
+
+		// Twins with different bodies: the loser rolls back and answers 422.
+		mu.Lock()
+		started, all = n-2, make(chan struct{})
+		mu.Unlock()
+		mixed := make([]reply, 2)
+		var wg sync.WaitGroup
+		for i := range mixed {
+			wg.Go(func() { mixed[i] = s.post("no-lock-mixed", fmt.Sprintf(`{"amount": %d, "customer": 1}`, 100+i)) })
+		}
+		wg.Wait()
+		statuses := []int{mixed[0].status, mixed[1].status}
+		assert.ElementsMatch(t, []int{http.StatusCreated, http.StatusUnprocessableEntity}, statuses, "mixed twins: %v", mixed)
+		assert.Equal(t, 2, s.orders("true"), "the loser's order rolled back")
 	}(t, pgx.ReadCommitted)
 }

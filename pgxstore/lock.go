@@ -169,11 +169,12 @@ func (l *atomicLock) completeTx(ctx context.Context, sql string, args []any) err
 
 // completeFailed classifies a failed completion. A unique violation on the key table means
 // a twin that the advisory lock did not hold off recorded the key first: everything of
-// this request rolled back, and a retry gets the twin's response (storage.ErrTransient).
+// this request rolled back (storage.ErrRecordedFirst, with storage.ErrTransient), and the
+// engine answers with the twin's response.
 func (l *atomicLock) completeFailed(ctx context.Context, err error) error {
 	var pgErr *pgconn.PgError
 	if l.pending && errors.As(err, &pgErr) && pgErr.Code == uniqueViolation && pgErr.TableName == l.s.table[len(l.s.table)-1] {
-		return fmt.Errorf("pgxstore: complete: a twin recorded key %q first; rolled back: %w: %w", l.key, storage.ErrTransient, err)
+		return fmt.Errorf("pgxstore: complete: key %q: rolled back: %w (%w): %w", l.key, storage.ErrRecordedFirst, storage.ErrTransient, err)
 	}
 	return classify(ctx, "complete", err, false)
 }

@@ -108,7 +108,7 @@ func WithLookupFirst() Option { return func(s *Store) { s.lookupFirst = true } }
 // where the key's advisory lock does not serialise twins at READ COMMITTED (an engine
 // that accepts pg_advisory_xact_lock and does not lock, as some distributed
 // PostgreSQL-like databases do): there, without it, a twin runs its handler too and then
-// fails on the key's INSERT (503, rolled back; its retry replays). At REPEATABLE READ or
+// fails on the key's INSERT (rolled back; it answers with the winner's replay). At REPEATABLE READ or
 // SERIALIZABLE (WithIsolation) the claim writes the row first anyway. Default: off at READ
 // COMMITTED: the claim takes the key's transaction-scoped advisory lock and looks the key
 // up, and Complete inserts the completed row just before COMMIT, the request's one write

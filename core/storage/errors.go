@@ -19,6 +19,14 @@ var (
 	// with Retry-After.
 	ErrTransient = errors.New("idem: transient store failure, retry")
 
+	// ErrRecordedFirst reports that a twin request recorded the key before this one
+	// could: an atomic completion's insert of the key row failed on the key's unique
+	// index (the twin was not held off by a lock, as on an engine whose advisory locks do
+	// not lock), and this request's transaction rolled back with its business writes.
+	// Stores wrap it together with ErrTransient. The engine then reads the key again and
+	// answers with the twin's outcome: its replay, or 422 for a different request.
+	ErrRecordedFirst = errors.New("idem: a twin request recorded this key first")
+
 	// ErrUnsupportedMode is returned by a store asked for a mode it cannot run, such as
 	// atomic mode on a store that has no transaction to share.
 	ErrUnsupportedMode = errors.New("idem: store does not support this mode")

@@ -183,9 +183,11 @@ type Lock interface {
 	Phase(ctx context.Context, point string, fn func(ctx context.Context) error) error
 
 	// Complete records r as the key's response and ends the lock. In ModeAtomic it
-	// updates the key and commits the transaction, handler writes included. A failed
-	// commit returns an error and leaves neither key nor business rows. In ModePhased it
-	// commits the pending transaction with the response, fenced by the token (ErrLeaseLost
+	// records the key and commits the transaction, handler writes included. A failed
+	// commit returns an error and leaves neither key nor business rows; when the key's
+	// row could not be written because a twin recorded the key first, that error wraps
+	// ErrRecordedFirst (and ErrTransient), and the engine answers with the twin's record.
+	// In ModePhased it commits the pending transaction with the response, fenced by the token (ErrLeaseLost
 	// when taken over). Complete must not keep r.Header or r.Body after it returns.
 	Complete(ctx context.Context, r *Response) error
 
