@@ -27,7 +27,15 @@ func ParseKey(values []string, minLen int) (key string, ok bool, err error) {
 	default:
 		return "", true, fmt.Errorf("%w: %d header fields, want one", ErrInvalidKey, len(values))
 	}
-	v := strings.Trim(values[0], " \t")
+	if key := values[0]; isPlainKey(key) && len(key) <= MaxKeyLength && len(key) >= minLen {
+		return key, true, nil // the common case, which parseKeyValue accepts as it is
+	}
+	return parseKeyValue(values[0], minLen)
+}
+
+// parseKeyValue is ParseKey's general path, for the value of the one field.
+func parseKeyValue(value string, minLen int) (key string, ok bool, err error) {
+	v := strings.Trim(value, " \t")
 	if strings.HasPrefix(v, `"`) {
 		item, perr := httpsfv.UnmarshalItem([]string{v})
 		if perr != nil {
@@ -48,6 +56,18 @@ func ParseKey(values []string, minLen int) (key string, ok bool, err error) {
 		return "", true, err
 	}
 	return key, true, nil
+}
+
+// isPlainKey reports whether v is a bare key that needs no trimming, unquoting or other
+// check but its length: one or more bytes of printable ASCII other than space, comma
+// and '"'.
+func isPlainKey(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c <= ' ' || c > '~' || c == ',' || c == '"' {
+			return false
+		}
+	}
+	return len(v) > 0
 }
 
 // checkKey holds a key found anywhere (a header, a JSON field, a message ID) to the key
