@@ -297,7 +297,7 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c *call, lock s
 	}
 	resp := e.recordable(buf)
 	err := e.complete(rctx, c, lock, resp)
-	putResponse(resp)
+	e.putResponse(resp)
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			e.inProgress(w, r, c, err)
@@ -398,13 +398,13 @@ var responsePool = sync.Pool{New: func() any { return &storage.Response{Header: 
 
 // recordable builds the Response to store from the handler's buffer: allow-listed
 // headers only, and the body unless it is over MaxResponseBody. Stores keep none of it
-// (Lock.Complete's contract), so it comes from a pool; return it with putResponse.
+// (Lock.Complete's contract), so it comes from a pool; return it with e.putResponse.
 func (e *Engine) recordable(buf *Buffer) *storage.Response {
 	resp := responsePool.Get().(*storage.Response)
 	resp.Status = buf.Status()
-	for _, k := range e.replay {
-		if v, ok := buf.header[k]; ok {
-			resp.Header[k] = v
+	for _, f := range buf.snapshot() {
+		if e.replays(f.name) {
+			resp.Header[f.name] = f.values
 		}
 	}
 	if buf.Size() > e.cfg.MaxResponseBody {
@@ -415,16 +415,36 @@ func (e *Engine) recordable(buf *Buffer) *storage.Response {
 	return resp
 }
 
-func putResponse(resp *storage.Response) {
-	clear(resp.Header)
+// replays reports whether the header name (canonical) is in ReplayHeaders.
+func (e *Engine) replays(name string) bool {
+	for _, k := range e.replay {
+		if k == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *Engine) putResponse(resp *storage.Response) {
+	// recordable sets only these names: deleting them is cheaper than clearing the map.
+	delete(resp.Header, omittedHeader)
+	for _, k := range e.replay {
+		if len(resp.Header) == 0 {
+			break
+		}
+		delete(resp.Header, k)
+	}
+	if len(resp.Header) != 0 {
+		clear(resp.Header)
+	}
 	resp.Body = nil
 	responsePool.Put(resp)
 }
 
 func writeBuffer(w http.ResponseWriter, buf *Buffer) {
 	h := w.Header()
-	for k, v := range buf.header {
-		h[k] = v
+	for _, f := range buf.snapshot() {
+		h[f.name] = f.values
 	}
 	w.WriteHeader(buf.Status())
 	_, _ = w.Write(buf.Bytes())
