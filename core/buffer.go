@@ -39,16 +39,9 @@ func putBuffer(b *Buffer) {
 	if b.body.Cap() > maxPooledBody {
 		return
 	}
-	if b.listed {
-		for _, f := range b.fields { // cheaper than clearing the map
-			delete(b.header, f.name)
-		}
-		clear(b.fields) // keep no values alive in the pool
-		b.fields, b.listed = b.fields[:0], false
-	}
-	if len(b.header) != 0 { // not listed, or changed after the listing
-		clear(b.header)
-	}
+	clear(b.header)
+	clear(b.fields) // keep no values alive in the pool
+	b.fields, b.listed = b.fields[:0], false
 	b.body.Reset()
 	b.status = 0
 	bufferPool.Put(b)

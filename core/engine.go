@@ -72,22 +72,32 @@ func (e *Engine) Handle(w http.ResponseWriter, r *http.Request, scope func() str
 		next(nil, r)
 		return true
 	}
+	ran, body := e.handle(w, r, scope, next)
+	if body != nil {
+		// Not deferred (a deferred call in handle, with its many returns, costs every
+		// request a defer record): after a panic the buffer is left to the collector.
+		putBody(body)
+	}
+	return ran
+}
+
+// handle is Handle for a request whose method takes part. It returns the body buffer it
+// read, if any, for Handle to put back.
+func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() string, next func(held *Buffer, r *http.Request)) (ran bool, body *bytes.Buffer) {
 	c := &call{start: e.now(), route: r.Pattern, Claim: storage.Claim{Method: r.Method, Path: r.URL.Path}}
-	var body *bytes.Buffer
 	if e.cfg.Key.readsBody() {
 		// The key is in the body: read it first, once and bounded, as the fingerprint would.
 		var err error
 		body, err = e.readBody(r)
-		defer putBody(body)
 		if err != nil {
 			e.reject(w, r, c, e.bodyProblem(err))
-			return false
+			return false, body
 		}
 	}
 	key, present, err := e.findKey(r, body)
 	if err != nil {
 		e.reject(w, r, c, e.newProblem(ProblemKeyInvalid, fmt.Sprintf("The %s is malformed: %v.", e.cfg.Key.what(e.cfg.HeaderName), unwrapDetail(err)), err))
-		return false
+		return false, body
 	}
 	if !present {
 		if e.cfg.KeyOptional {
@@ -95,10 +105,10 @@ func (e *Engine) Handle(w http.ResponseWriter, r *http.Request, scope func() str
 				r.Body = io.NopCloser(bytes.NewReader(bytes.Clone(body.Bytes())))
 			}
 			next(nil, r)
-			return true
+			return true, body
 		}
 		e.reject(w, r, c, e.newProblem(ProblemKeyMissing, fmt.Sprintf("%s %s requires %s.", r.Method, r.URL.Path, e.cfg.Key.where(e.cfg.HeaderName)), ErrKeyMissing))
-		return false
+		return false, body
 	}
 	c.Key = key
 	sc := scope()
@@ -106,21 +116,20 @@ func (e *Engine) Handle(w http.ResponseWriter, r *http.Request, scope func() str
 		e.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idem: the scope function returned an empty scope; refusing the request (is the idempotency middleware mounted before authentication?)",
 			e.attrs(c, ErrEmptyScope)...)
 		e.reject(w, r, c, e.newProblem(ProblemMisconfigured, "The server could not tell which caller this request belongs to, so it did not run it. This is a server misconfiguration, not a client error.", ErrEmptyScope))
-		return false
+		return false, body
 	}
 
 	if body == nil {
 		body, err = e.readBody(r)
-		defer putBody(body)
 		if err != nil {
 			e.reject(w, r, c, e.bodyProblem(err))
-			return false
+			return false, body
 		}
 	}
 	fp, err := e.cfg.Fingerprint(r, body.Bytes())
 	if err != nil {
 		e.reject(w, r, c, e.newProblem(ProblemBodyUnreadable, "The request could not be fingerprinted.", err))
-		return false
+		return false, body
 	}
 
 	c.Claim = storage.Claim{Scope: sc, Key: key, Fingerprint: fp, Method: r.Method, Path: r.URL.Path,
@@ -129,13 +138,13 @@ func (e *Engine) Handle(w http.ResponseWriter, r *http.Request, scope func() str
 	switch {
 	case err != nil:
 		e.storeFailed(w, r, c, err)
-		return false
+		return false, body
 	case rec != nil:
 		e.answer(w, r, c, rec)
-		return false
+		return false, body
 	default:
 		e.execute(w, r, c, lock, body.Bytes(), next)
-		return true
+		return true, body
 	}
 }
 
@@ -297,7 +306,7 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c *call, lock s
 	}
 	resp := e.recordable(buf)
 	err := e.complete(rctx, c, lock, resp)
-	e.putResponse(resp)
+	putResponse(resp)
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			e.inProgress(w, r, c, err)
@@ -398,7 +407,7 @@ var responsePool = sync.Pool{New: func() any { return &storage.Response{Header: 
 
 // recordable builds the Response to store from the handler's buffer: allow-listed
 // headers only, and the body unless it is over MaxResponseBody. Stores keep none of it
-// (Lock.Complete's contract), so it comes from a pool; return it with e.putResponse.
+// (Lock.Complete's contract), so it comes from a pool; return it with putResponse.
 func (e *Engine) recordable(buf *Buffer) *storage.Response {
 	resp := responsePool.Get().(*storage.Response)
 	resp.Status = buf.Status()
@@ -425,18 +434,8 @@ func (e *Engine) replays(name string) bool {
 	return false
 }
 
-func (e *Engine) putResponse(resp *storage.Response) {
-	// recordable sets only these names: deleting them is cheaper than clearing the map.
-	delete(resp.Header, omittedHeader)
-	for _, k := range e.replay {
-		if len(resp.Header) == 0 {
-			break
-		}
-		delete(resp.Header, k)
-	}
-	if len(resp.Header) != 0 {
-		clear(resp.Header)
-	}
+func putResponse(resp *storage.Response) {
+	clear(resp.Header)
 	resp.Body = nil
 	responsePool.Put(resp)
 }
