@@ -139,14 +139,9 @@ func (s *canonScratch) release() {
 	}
 }
 
-// canonSlack is the spare capacity out keeps beyond what the rest of the input can
-// write: appendJSONString copies 8 bytes at a time and keyPrefix reads 8, past the end
-// of what they keep.
+// canonSlack is the spare capacity reserved beyond the input's length: appendJSONString
+// copies 8 bytes at a time and keyPrefix reads 8, past the end of what they keep.
 const canonSlack = 8
-
-// maxNumberText bounds the canonical text of one number ("-1.2345678901234567e-100" is
-// 24 bytes), the only value whose canonical form can be longer than its input.
-const maxNumberText = 32
 
 // reorderBudget bounds the fast path's work: it may move reorderBudget times the input's
 // length (plus reorderBudgetMin) putting objects in order, about that many levels of
@@ -173,10 +168,15 @@ func (s *canonScratch) canonicalise(dst, src []byte) ([]byte, error) {
 func (s *canonScratch) pass(dst, src []byte) ([]byte, error) {
 	s.frames, s.members, s.sorted, s.objs = s.frames[:0], s.members[:0], s.sorted[:0], s.objs[:0]
 	base := len(dst)
-	// Invariant: cap(out)-len(out) >= len(src)-i+canonSlack. Canonical text is never
-	// longer than the input it comes from (white space goes, escapes shrink or stay),
-	// except numbers, which grow out before they write.
-	out := slices.Grow(dst, len(src)+canonSlack)
+	// Room for the whole text in one growth: canonical text is never longer than its
+	// input (white space goes, escapes shrink or stay) but for numbers, and those grow
+	// out as append does. Only for a document small enough for the pooled buffers to
+	// keep the room: a bigger one grows as it goes, so a large body that turns out not
+	// to be JSON costs no copy.
+	out := dst
+	if len(src) <= maxPooledScratch {
+		out = slices.Grow(dst, len(src)+canonSlack)
+	}
 	var err error
 	i := skipWS(src, 0)
 value:
@@ -232,7 +232,6 @@ value:
 			if out, i, err = appendJSONNumber(out, src, i); err != nil {
 				return nil, err
 			}
-			out = slices.Grow(out, len(src)-i+canonSlack) // a no-op unless the number grew
 		}
 
 		// A value ended just before src[i]: see what the enclosing container does next.
@@ -400,7 +399,7 @@ func memberKey(out []byte, m cjMember) []byte { return out[m.start+1 : m.keyEnd]
 
 // keyPrefix returns the prefix of cjMember for the key out[lo:hi], its canonical text
 // without quotes, or 0. It reads out[lo:lo+8], which may run past hi into out's spare
-// capacity (canonSlack).
+// capacity: appendJSONString leaves canonSlack bytes of it after the key.
 func keyPrefix(out []byte, lo, hi int) uint64 {
 	x := binary.BigEndian.Uint64(out[lo : lo+8 : lo+8])
 	if n := hi - lo; n < 8 {
@@ -575,10 +574,15 @@ var plainStringByte = func() (t [256]bool) {
 }()
 
 // appendJSONString appends the canonical form of the JSON string at src[i] (a '"').
-// out must have room for the rest of src and canonSlack bytes more (see canonicalise):
-// plain bytes are copied 8 at a time as they are scanned, the last copy running past
-// what is kept.
+// Plain bytes are copied 8 at a time as they are scanned, into out's spare capacity, the
+// last copy running past what is kept; out grows first if it has less room than the rest
+// of src and canonSlack.
 func appendJSONString(out, src []byte, i int) ([]byte, int, error) {
+	if cap(out)-len(out) < len(src)-i+canonSlack {
+		// Room for the longest string the rest of src can hold. Already there when pass
+		// reserved room for the document, unless a number grew longer than its input.
+		out = slices.Grow(out, len(src)-i+canonSlack)
+	}
 	out = append(out, '"')
 	i++
 	for {

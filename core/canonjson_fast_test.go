@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -154,5 +155,50 @@ func TestKeyPrefix(t *testing.T) {
 		if got := keyPrefix(buf, 0, len(c.key)); got != c.want {
 			t.Errorf("keyPrefix(%q) = %#x, want %#x", c.key, got, c.want)
 		}
+	}
+}
+
+// TestCanonicalJSONLargeDocuments covers documents over maxPooledScratch, for which no
+// room is reserved up front: strings grow the output as they are copied, and key
+// prefixes are left unset where the output has no spare capacity.
+func TestCanonicalJSONLargeDocuments(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	b.WriteString(`{"z":[`)
+	for i := 0; b.Len() < maxPooledScratch+4096; i++ {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"name":"item %d \u00e9\n","id":%d,"abcdefghij%d":true,"abcdefghi":1e2,"a":{"y":"%s","x":-0}}`,
+			i, i, i%7, strings.Repeat("v", i%23))
+	}
+	b.WriteString(`],"b":"` + strings.Repeat("w", 70000) + `","a":null}`)
+	doc := []byte(b.String())
+	if len(doc) <= maxPooledScratch {
+		t.Fatalf("document is %d bytes, want more than %d", len(doc), maxPooledScratch)
+	}
+	agreeWithReference(t, "large", doc)
+	agreeWithReference(t, "large, cut", doc[:len(doc)-1])
+	agreeWithReference(t, "large string", []byte(`"`+strings.Repeat("s", maxPooledScratch+13)+`"`))
+}
+
+// TestCanonicalJSONLargeNonJSONReservesNothing: a large body that is not JSON is
+// rejected at its first byte without reserving room for its canonical form (the
+// fingerprint then hashes it as bytes); only the error is allocated. Not parallel: the
+// allocation counters are the process's.
+func TestCanonicalJSONLargeNonJSONReservesNothing(t *testing.T) {
+	s := new(canonScratch)
+	body := bytes.Repeat([]byte{0x89, 'P', 'N', 'G'}, (1<<20)/4)
+	dst := make([]byte, 0, 64)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 20 {
+		if _, err := s.canonicalise(dst, body); err == nil {
+			t.Fatal("binary body accepted as JSON")
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
+		t.Errorf("rejecting a 1 MiB binary body 20 times allocated %d bytes", n)
 	}
 }
