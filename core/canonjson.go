@@ -18,11 +18,18 @@ import (
 // Objects are the only values whose canonical text is not in document order. Each member
 // is written where it falls, and its span ("key":value, without the comma) is recorded.
 // An object whose keys arrive already sorted, the common case, needs nothing more. An
-// object that arrives out of order gets its member spans sorted and is marked dirty; once
-// the whole document has been read, and only if something was dirty, a second pass copies
-// the text once more, writing the members of each dirty object in sorted order. Moving
-// bytes once at the end, rather than each time an object closes, keeps the work linear in
-// the size of the input however deeply unsorted objects are nested.
+// object that arrives out of order gets its member spans sorted and is marked dirty.
+//
+// A dirty object is put in order as it closes: its text is copied aside and written back
+// member by member in sorted order (the same length, so every enclosing span stays
+// valid). Objects inside it were put in order when they closed, so an out-of-order object
+// nested in out-of-order objects has its bytes moved once per level. That is the fast
+// path, and cheap for the documents APIs see; for a deep one it is quadratic, so it stops
+// once it has moved more than reorderBudget times the input and the document is done
+// again the general way: there a dirty object only records its sorted member spans, and
+// once the whole document has been read a second pass copies the text once more, writing
+// the members of each dirty object in sorted order. Moving bytes once at the end keeps
+// the work linear in the size of the input however deeply unsorted objects are nested.
 
 // maxJSONDepth is the deepest nesting of arrays and objects accepted.
 const maxJSONDepth = 1000
@@ -51,7 +58,8 @@ type cjFrame struct {
 	object bool
 	dirty  bool // members seen out of order
 	first  int  // index in members of this object's first member
-	rec    int  // index in objs of this object's record
+	rec    int  // index in objs of this object's record (general path)
+	start  int  // the '{' in out
 }
 
 // cjMember is the span of one written object member: out[start] is the opening quote of
@@ -59,6 +67,11 @@ type cjFrame struct {
 type cjMember struct {
 	start, keyEnd, end int
 	rec                int // len(objs) when the member began: objects inside it are at rec or later
+	// prefix is the key's first 8 bytes, big-endian and zero-padded, when they order like
+	// the key's UTF-16 code units (no escape, no lead byte F0–F4 among them): two keys
+	// whose prefixes are both set and differ compare as their prefixes. 0 when unset (no
+	// key's prefix is 0: a key's first byte is never NUL in canonical form).
+	prefix uint64
 }
 
 // cjObject records an object that still needs work in the final pass. Records are
@@ -73,6 +86,8 @@ type cjObject struct {
 
 // canonScratch is the reusable state of one appendCanonicalJSON call.
 type canonScratch struct {
+	general bool // dirty objects are recorded for a second pass, not put in order as they close
+	budget  int  // bytes the fast path may still move
 	frames  []cjFrame
 	members []cjMember // members of the open objects
 	sorted  []cjMember // members of closed dirty objects, in canonical order
@@ -124,10 +139,44 @@ func (s *canonScratch) release() {
 	}
 }
 
+// canonSlack is the spare capacity reserved beyond the input's length: appendJSONString
+// copies 8 bytes at a time and keyPrefix reads 8, past the end of what they keep.
+const canonSlack = 8
+
+// reorderBudget bounds the fast path's work: it may move reorderBudget times the input's
+// length (plus reorderBudgetMin) putting objects in order, about that many levels of
+// nested out-of-order objects.
+const (
+	reorderBudget    = 4
+	reorderBudgetMin = 1024
+)
+
+// errOverBudget stops the fast path; it never leaves canonicalise.
+var errOverBudget = errors.New("idem: canonical JSON: reorder budget spent")
+
 func (s *canonScratch) canonicalise(dst, src []byte) ([]byte, error) {
+	s.general, s.budget = false, reorderBudget*len(src)+reorderBudgetMin
+	out, err := s.pass(dst, src)
+	if err == errOverBudget {
+		s.general = true
+		out, err = s.pass(dst, src)
+	}
+	return out, err
+}
+
+// pass canonicalises src once, the fast way or (s.general) the general way.
+func (s *canonScratch) pass(dst, src []byte) ([]byte, error) {
 	s.frames, s.members, s.sorted, s.objs = s.frames[:0], s.members[:0], s.sorted[:0], s.objs[:0]
 	base := len(dst)
+	// Room for the whole text in one growth: canonical text is never longer than its
+	// input (white space goes, escapes shrink or stay) but for numbers, and those grow
+	// out as append does. Only for a document small enough for the pooled buffers to
+	// keep the room: a bigger one grows as it goes, so a large body that turns out not
+	// to be JSON costs no copy.
 	out := dst
+	if len(src) <= maxPooledScratch {
+		out = slices.Grow(dst, len(src)+canonSlack)
+	}
 	var err error
 	i := skipWS(src, 0)
 value:
@@ -154,8 +203,10 @@ value:
 				i = j
 				continue value
 			}
-			s.frames = append(s.frames, cjFrame{object: true, first: len(s.members), rec: len(s.objs)})
-			s.objs = append(s.objs, cjObject{start: len(out)})
+			s.frames = append(s.frames, cjFrame{object: true, first: len(s.members), rec: len(s.objs), start: len(out)})
+			if s.general {
+				s.objs = append(s.objs, cjObject{start: len(out)})
+			}
 			out = append(out, '{')
 			if out, i, err = s.member(out, src, j); err != nil {
 				return nil, err
@@ -251,17 +302,17 @@ func (s *canonScratch) member(out, src []byte, i int) ([]byte, int, error) {
 		return nil, i, err
 	}
 	keyEnd := len(out) - 1
+	m := cjMember{start: start, keyEnd: keyEnd, rec: len(s.objs), prefix: keyPrefix(out, start+1, keyEnd)}
 	f := &s.frames[len(s.frames)-1]
 	if !f.dirty && len(s.members) > f.first {
-		prev := &s.members[len(s.members)-1]
-		switch cmp := compareKeys(out[prev.start+1:prev.keyEnd], out[start+1:keyEnd]); {
+		switch cmp := compareMembers(out, &s.members[len(s.members)-1], &m); {
 		case cmp == 0:
 			return nil, i, jsonErr("duplicate object key", i)
 		case cmp > 0:
 			f.dirty = true
 		}
 	}
-	s.members = append(s.members, cjMember{start: start, keyEnd: keyEnd, rec: len(s.objs)})
+	s.members = append(s.members, m)
 	i = skipWS(src, i)
 	if i >= len(src) || src[i] != ':' {
 		return nil, i, jsonErr("expected ':'", i)
@@ -276,6 +327,14 @@ func (s *canonScratch) closeObject(out []byte, f *cjFrame, at int) error {
 	ms := s.members[f.first:]
 	rec := f.rec
 	switch {
+	case f.dirty && !s.general:
+		if !sortMembers(out, ms) {
+			return jsonErr("duplicate object key in the object closed", at)
+		}
+		if s.budget -= len(out) - f.start; s.budget < 0 {
+			return errOverBudget
+		}
+		s.reorder(out, f.start, ms)
 	case f.dirty:
 		if !sortMembers(out, ms) {
 			return jsonErr("duplicate object key in the object closed", at)
@@ -291,9 +350,25 @@ func (s *canonScratch) closeObject(out []byte, f *cjFrame, at int) error {
 	return nil
 }
 
+// reorder writes the members of the object at out[start:], its '}' the last byte of out,
+// in the order of ms, their spans sorted.
+func (s *canonScratch) reorder(out []byte, start int, ms []cjMember) {
+	body := out[start+1 : len(out)-1]
+	s.tmp = append(s.tmp[:0], body...)
+	base := start + 1
+	w := body[:0]
+	for j := range ms {
+		if j > 0 {
+			w = append(w, ',')
+		}
+		w = append(w, s.tmp[ms[j].start-base:ms[j].end-base]...)
+	}
+}
+
 // emit appends the first pass's text for out[lo:hi] (held in s.tmp from offset base),
 // writing the members of every dirty object in it in sorted order. k is the first record
 // that can lie inside lo:hi.
+// out has room for the whole text (emit is called with cap(out) >= base+len(s.tmp)).
 func (s *canonScratch) emit(out []byte, lo, hi, k, base int) []byte {
 	pos := lo
 	for ; k < len(s.objs) && s.objs[k].start < hi; k++ {
@@ -322,6 +397,36 @@ func (s *canonScratch) emit(out []byte, lo, hi, k, base int) []byte {
 
 func memberKey(out []byte, m cjMember) []byte { return out[m.start+1 : m.keyEnd] }
 
+// keyPrefix returns the prefix of cjMember for the key out[lo:hi], its canonical text
+// without quotes, or 0. It reads out[lo:lo+8], which may run past hi into out's spare
+// capacity: appendJSONString leaves canonSlack bytes of it after the key.
+func keyPrefix(out []byte, lo, hi int) uint64 {
+	x := binary.BigEndian.Uint64(out[lo : lo+8 : lo+8])
+	if n := hi - lo; n < 8 {
+		x &^= 1<<(8*(8-n)) - 1 // zero the bytes past the key
+	}
+	// Any '\\' (an escape, which weighs as the character it stands for) or byte from F0
+	// (a character from U+10000, which UTF-16 sorts before U+E000) in the prefix: unset.
+	// The tests may flag a byte after a real hit falsely, never miss one.
+	b := x ^ (swarOnes * '\\')
+	hi4 := ^(x | swarOnes*0x0F) // a zero byte where x's byte is F0–FF
+	if ((b-swarOnes)&^b|(hi4-swarOnes)&^hi4)&swarHighs != 0 {
+		return 0
+	}
+	return x
+}
+
+// compareMembers compares the keys of a and b, whose text is in out, as compareKeys does.
+func compareMembers(out []byte, a, b *cjMember) int {
+	if a.prefix != b.prefix && a.prefix != 0 && b.prefix != 0 {
+		if a.prefix < b.prefix {
+			return -1
+		}
+		return 1
+	}
+	return compareKeys(out[a.start+1:a.keyEnd], out[b.start+1:b.keyEnd])
+}
+
 // sortMembers sorts the members of one object, whose text is in out, by key. It returns
 // false if two keys are equal.
 func sortMembers(out []byte, ms []cjMember) bool {
@@ -330,10 +435,9 @@ func sortMembers(out []byte, ms []cjMember) bool {
 		// equal keys.
 		for i := 1; i < len(ms); i++ {
 			m := ms[i]
-			key := memberKey(out, m)
 			j := i
 			for ; j > 0; j-- {
-				c := compareKeys(memberKey(out, ms[j-1]), key)
+				c := compareMembers(out, &ms[j-1], &m)
 				if c == 0 {
 					return false
 				}
@@ -347,10 +451,10 @@ func sortMembers(out []byte, ms []cjMember) bool {
 		return true
 	}
 	slices.SortFunc(ms, func(a, b cjMember) int {
-		return compareKeys(memberKey(out, a), memberKey(out, b))
+		return compareMembers(out, &a, &b)
 	})
 	for k := 1; k < len(ms); k++ {
-		if compareKeys(memberKey(out, ms[k-1]), memberKey(out, ms[k])) == 0 {
+		if compareMembers(out, &ms[k-1], &ms[k]) == 0 {
 			return false
 		}
 	}
@@ -417,7 +521,16 @@ func keyUnitWeight(k []byte, i int) (weight, size int) {
 	return int(c) * 2, 1
 }
 
+// skipWS returns the index of the first byte from src[i] on that is not white space.
+// Compact JSON has none, so that case is checked inline.
 func skipWS(src []byte, i int) int {
+	if i < len(src) && src[i] > ' ' {
+		return i
+	}
+	return skipWSLoop(src, i)
+}
+
+func skipWSLoop(src []byte, i int) int {
 	for i < len(src) {
 		switch src[i] {
 		case ' ', '\t', '\n', '\r':
@@ -461,21 +574,33 @@ var plainStringByte = func() (t [256]bool) {
 }()
 
 // appendJSONString appends the canonical form of the JSON string at src[i] (a '"').
+// Plain bytes are copied 8 at a time as they are scanned, into out's spare capacity, the
+// last copy running past what is kept; out grows first if it has less room than the rest
+// of src and canonSlack.
 func appendJSONString(out, src []byte, i int) ([]byte, int, error) {
+	if cap(out)-len(out) < len(src)-i+canonSlack {
+		// Room for the longest string the rest of src can hold. Already there when pass
+		// reserved room for the document, unless a number grew longer than its input.
+		out = slices.Grow(out, len(src)-i+canonSlack)
+	}
 	out = append(out, '"')
 	i++
-	start := i
 	for {
-		// Skip to the next byte that needs attention, 8 bytes at a time where there are 8.
+		// Copy up to the next byte that needs attention, 8 bytes at a time where there are 8.
 		if i+8 <= len(src) {
-			m := stringAttention(binary.LittleEndian.Uint64(src[i:]))
+			x := binary.LittleEndian.Uint64(src[i:])
+			n := len(out)
+			binary.LittleEndian.PutUint64(out[n:n+8:n+8], x)
+			m := stringAttention(x)
 			if m == 0 {
-				i += 8
+				out, i = out[:n+8], i+8
 				continue
 			}
-			i += bits.TrailingZeros64(m) >> 3
+			k := bits.TrailingZeros64(m) >> 3
+			out, i = out[:n+k], i+k
 		} else {
 			for i < len(src) && plainStringByte[src[i]] {
+				out = append(out, src[i])
 				i++
 			}
 			if i >= len(src) {
@@ -484,15 +609,12 @@ func appendJSONString(out, src []byte, i int) ([]byte, int, error) {
 		}
 		switch c := src[i]; {
 		case c == '"':
-			out = append(out, src[start:i]...)
 			return append(out, '"'), i + 1, nil
 		case c == '\\':
-			out = append(out, src[start:i]...)
 			var err error
 			if out, i, err = appendEscape(out, src, i); err != nil {
 				return nil, i, err
 			}
-			start = i
 		case c < 0x20:
 			return nil, i, jsonErr("control character in string", i)
 		default:
@@ -500,6 +622,7 @@ func appendJSONString(out, src []byte, i int) ([]byte, int, error) {
 			if r == utf8.RuneError && size == 1 {
 				return nil, i, jsonErr("invalid UTF-8", i)
 			}
+			out = append(out, src[i:i+size]...)
 			i += size
 		}
 	}

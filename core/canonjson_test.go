@@ -767,7 +767,9 @@ func TestCanonicalJSONZeroAllocs(t *testing.T) {
 //     does not, so a request body is either canonical JSON for both or bytes for both;
 //   - what we accept is valid JSON, and our output is valid JSON that canonicalises to
 //     itself and appends after a prefix unchanged;
-//   - writeCanonicalJSON writes exactly what appendCanonicalJSON returns, or nothing.
+//   - writeCanonicalJSON writes exactly what appendCanonicalJSON returns, or nothing;
+//   - the canonicaliser as it was before its fast paths (refAppendCanonicalJSON) gives
+//     the same bytes, or the same rejection.
 func FuzzCanonicalJSON(f *testing.F) {
 	for _, tc := range canonCases {
 		f.Add([]byte(tc.in))
@@ -777,6 +779,9 @@ func FuzzCanonicalJSON(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, src []byte) {
 		got, err := appendCanonicalJSON(nil, src)
+		if ref, rerr := refAppendCanonicalJSON(nil, src); (rerr == nil) != (err == nil) || !bytes.Equal(ref, got) {
+			t.Fatalf("canonical form of %q: %q, %v; the reference (before issue 15) gives %q, %v", src, got, err, ref, rerr)
+		}
 		var written bytes.Buffer
 		if werr := writeCanonicalJSON(&written, src); (werr == nil) != (err == nil) || !bytes.Equal(written.Bytes(), got) {
 			t.Fatalf("writeCanonicalJSON(%q) wrote %q, %v; appendCanonicalJSON gives %q, %v", src, written.Bytes(), werr, got, err)
@@ -814,6 +819,9 @@ var benchDocs = map[string][]byte{
 		`"description":"Order #1234","metadata":{"order_id":"1234","channel":"web"},"capture":true,"tip":null,"livemode":false}`),
 	"200B-sorted": []byte(`{"item":"` + strings.Repeat("b", 172) + `","quantity":2}`),
 	"4KiB":        nestedBenchDoc(),
+	// internal/peerbench's request: three levels, every one out of order.
+	"230B-nested": []byte(`{"customer":{"id":"cus_8e03978e","email":"ada@example.com","address":{"city":"London","zip":"N1 9GU"}},` +
+		`"items":[{"sku":"book-1","quantity":2,"price_cents":1299},{"sku":"pen-7","quantity":1,"price_cents":250}],"currency":"GBP"}`),
 }
 
 func nestedBenchDoc() []byte {
@@ -835,7 +843,7 @@ func nestedBenchDoc() []byte {
 // checks that both implementations agree on them, so the benchmark compares like with like.
 func TestCanonicalJSONBenchDocs(t *testing.T) {
 	t.Parallel()
-	for name, size := range map[string]int{"200B": 200, "200B-sorted": 200, "4KiB": 4096} {
+	for name, size := range map[string]int{"200B": 200, "200B-sorted": 200, "4KiB": 4096, "230B-nested": 230} {
 		doc := benchDocs[name]
 		if len(doc) < size*9/10 || len(doc) > size*11/10 {
 			t.Errorf("%s is %d bytes, want about %d", name, len(doc), size)
@@ -855,7 +863,7 @@ func TestCanonicalJSONBenchDocs(t *testing.T) {
 }
 
 func BenchmarkCanonicalJSON(b *testing.B) {
-	for _, name := range []string{"200B", "200B-sorted", "4KiB"} {
+	for _, name := range []string{"200B", "200B-sorted", "230B-nested", "4KiB"} {
 		doc := benchDocs[name]
 		b.Run("ours/"+name, func(b *testing.B) {
 			b.ReportAllocs()

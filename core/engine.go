@@ -72,22 +72,32 @@ func (e *Engine) Handle(w http.ResponseWriter, r *http.Request, scope func() str
 		next(nil, r)
 		return true
 	}
+	ran, body := e.handle(w, r, scope, next)
+	if body != nil {
+		// Not deferred (a deferred call in handle, with its many returns, costs every
+		// request a defer record): after a panic the buffer is left to the collector.
+		putBody(body)
+	}
+	return ran
+}
+
+// handle is Handle for a request whose method takes part. It returns the body buffer it
+// read, if any, for Handle to put back.
+func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() string, next func(held *Buffer, r *http.Request)) (ran bool, body *bytes.Buffer) {
 	c := &call{start: e.now(), route: r.Pattern, Claim: storage.Claim{Method: r.Method, Path: r.URL.Path}}
-	var body *bytes.Buffer
 	if e.cfg.Key.readsBody() {
 		// The key is in the body: read it first, once and bounded, as the fingerprint would.
 		var err error
 		body, err = e.readBody(r)
-		defer putBody(body)
 		if err != nil {
 			e.reject(w, r, c, e.bodyProblem(err))
-			return false
+			return false, body
 		}
 	}
 	key, present, err := e.findKey(r, body)
 	if err != nil {
 		e.reject(w, r, c, e.newProblem(ProblemKeyInvalid, fmt.Sprintf("The %s is malformed: %v.", e.cfg.Key.what(e.cfg.HeaderName), unwrapDetail(err)), err))
-		return false
+		return false, body
 	}
 	if !present {
 		if e.cfg.KeyOptional {
@@ -95,10 +105,10 @@ func (e *Engine) Handle(w http.ResponseWriter, r *http.Request, scope func() str
 				r.Body = io.NopCloser(bytes.NewReader(bytes.Clone(body.Bytes())))
 			}
 			next(nil, r)
-			return true
+			return true, body
 		}
 		e.reject(w, r, c, e.newProblem(ProblemKeyMissing, fmt.Sprintf("%s %s requires %s.", r.Method, r.URL.Path, e.cfg.Key.where(e.cfg.HeaderName)), ErrKeyMissing))
-		return false
+		return false, body
 	}
 	c.Key = key
 	sc := scope()
@@ -106,21 +116,20 @@ func (e *Engine) Handle(w http.ResponseWriter, r *http.Request, scope func() str
 		e.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idem: the scope function returned an empty scope; refusing the request (is the idempotency middleware mounted before authentication?)",
 			e.attrs(c, ErrEmptyScope)...)
 		e.reject(w, r, c, e.newProblem(ProblemMisconfigured, "The server could not tell which caller this request belongs to, so it did not run it. This is a server misconfiguration, not a client error.", ErrEmptyScope))
-		return false
+		return false, body
 	}
 
 	if body == nil {
 		body, err = e.readBody(r)
-		defer putBody(body)
 		if err != nil {
 			e.reject(w, r, c, e.bodyProblem(err))
-			return false
+			return false, body
 		}
 	}
 	fp, err := e.cfg.Fingerprint(r, body.Bytes())
 	if err != nil {
 		e.reject(w, r, c, e.newProblem(ProblemBodyUnreadable, "The request could not be fingerprinted.", err))
-		return false
+		return false, body
 	}
 
 	c.Claim = storage.Claim{Scope: sc, Key: key, Fingerprint: fp, Method: r.Method, Path: r.URL.Path,
@@ -129,13 +138,13 @@ func (e *Engine) Handle(w http.ResponseWriter, r *http.Request, scope func() str
 	switch {
 	case err != nil:
 		e.storeFailed(w, r, c, err)
-		return false
+		return false, body
 	case rec != nil:
 		e.answer(w, r, c, rec)
-		return false
+		return false, body
 	default:
 		e.execute(w, r, c, lock, body.Bytes(), next)
-		return true
+		return true, body
 	}
 }
 
@@ -429,9 +438,9 @@ var responsePool = sync.Pool{New: func() any { return &storage.Response{Header: 
 func (e *Engine) recordable(buf *Buffer) *storage.Response {
 	resp := responsePool.Get().(*storage.Response)
 	resp.Status = buf.Status()
-	for _, k := range e.replay {
-		if v, ok := buf.header[k]; ok {
-			resp.Header[k] = v
+	for _, f := range buf.snapshot() {
+		if e.replays(f.name) {
+			resp.Header[f.name] = f.values
 		}
 	}
 	if buf.Size() > e.cfg.MaxResponseBody {
@@ -442,6 +451,16 @@ func (e *Engine) recordable(buf *Buffer) *storage.Response {
 	return resp
 }
 
+// replays reports whether the header name (canonical) is in ReplayHeaders.
+func (e *Engine) replays(name string) bool {
+	for _, k := range e.replay {
+		if k == name {
+			return true
+		}
+	}
+	return false
+}
+
 func putResponse(resp *storage.Response) {
 	clear(resp.Header)
 	resp.Body = nil
@@ -450,8 +469,8 @@ func putResponse(resp *storage.Response) {
 
 func writeBuffer(w http.ResponseWriter, buf *Buffer) {
 	h := w.Header()
-	for k, v := range buf.header {
-		h[k] = v
+	for _, f := range buf.snapshot() {
+		h[f.name] = f.values
 	}
 	w.WriteHeader(buf.Status())
 	_, _ = w.Write(buf.Bytes())

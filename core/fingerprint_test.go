@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
@@ -145,4 +146,31 @@ func TestFingerprintValuesAreStable(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want, hex.EncodeToString(fp), "fingerprint of %q", body)
 	}
+}
+
+// BenchmarkFingerprint splits the fingerprint of internal/peerbench's request (230
+// bytes of JSON, three levels, every one out of order) into its two costs: the whole
+// default fingerprint (canonicalisation and SHA-256), and SHA-256 alone over as many
+// bytes as it hashes.
+func BenchmarkFingerprint(b *testing.B) {
+	body := []byte(`{"customer":{"id":"cus_8e03978e","email":"ada@example.com","address":{"city":"London","zip":"N1 9GU"}},` +
+		`"items":[{"sku":"book-1","quantity":2,"price_cents":1299},{"sku":"pen-7","quantity":1,"price_cents":250}],"currency":"GBP"}`)
+	r := httptest.NewRequest(http.MethodPost, "/v1/orders", nil)
+	b.Run("nested", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := core.Fingerprint(r, body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("sha256-only", func(b *testing.B) {
+		// 27 bytes of head (method, path, query, each length-prefixed, and a marker)
+		// before the canonical body, which is as long as this compact body.
+		in := append(make([]byte, 27), body...)
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = sha256.Sum256(in)
+		}
+	})
 }

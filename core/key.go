@@ -1,6 +1,7 @@
 package core
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strings"
 
@@ -27,7 +28,15 @@ func ParseKey(values []string, minLen int) (key string, ok bool, err error) {
 	default:
 		return "", true, fmt.Errorf("%w: %d header fields, want one", ErrInvalidKey, len(values))
 	}
-	v := strings.Trim(values[0], " \t")
+	if key := values[0]; isPlainKey(key) && len(key) <= MaxKeyLength && len(key) >= minLen {
+		return key, true, nil // the common case, which parseKeyValue accepts as it is
+	}
+	return parseKeyValue(values[0], minLen)
+}
+
+// parseKeyValue is ParseKey's general path, for the value of the one field.
+func parseKeyValue(value string, minLen int) (key string, ok bool, err error) {
+	v := strings.Trim(value, " \t")
 	if strings.HasPrefix(v, `"`) {
 		item, perr := httpsfv.UnmarshalItem([]string{v})
 		if perr != nil {
@@ -49,6 +58,36 @@ func ParseKey(values []string, minLen int) (key string, ok bool, err error) {
 	}
 	return key, true, nil
 }
+
+// isPlainKey reports whether v is a bare key that needs no trimming, unquoting or other
+// check but its length: one or more bytes of printable ASCII other than space, comma
+// and '"'.
+func isPlainKey(v string) bool {
+	i := 0
+	for ; i+8 <= len(v); i += 8 { // 8 bytes at a time: a UUID key is 4 words and 4 bytes
+		const ones, highs = 0x0101010101010101, 0x8080808080808080
+		x := binary.LittleEndian.Uint64([]byte(v[i : i+8]))
+		comma, quote := x^(ones*','), x^(ones*'"')
+		// Some byte below '!', above '~', or equal to ',' or '"' (each test may flag a
+		// byte after a real hit falsely, never miss one).
+		if ((x-ones*'!')&^x|(x+ones)|x|(comma-ones)&^comma|(quote-ones)&^quote)&highs != 0 {
+			return false
+		}
+	}
+	for ; i < len(v); i++ {
+		if !plainKeyByte[v[i]] {
+			return false
+		}
+	}
+	return len(v) > 0
+}
+
+var plainKeyByte = func() (t [256]bool) {
+	for c := '!'; c <= '~'; c++ {
+		t[c] = c != ',' && c != '"'
+	}
+	return t
+}()
 
 // checkKey holds a key found anywhere (a header, a JSON field, a message ID) to the key
 // contract: minLen–255 characters of printable ASCII. Every rejection wraps ErrInvalidKey.
