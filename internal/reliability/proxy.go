@@ -33,6 +33,10 @@ type Proxy struct {
 	closed  bool
 	trigger *trigger // armed one-shot cut, or nil
 
+	// serverRead, when set (tests of the proxy itself), sees the size of every chunk the
+	// proxy reads from a server, before it looks at it.
+	serverRead atomic.Pointer[func(n int)]
+
 	wg       sync.WaitGroup
 	accepted atomic.Int64
 	refused  atomic.Int64
@@ -389,6 +393,9 @@ func (p *Proxy) fromClient(l *link, chunk []byte, f *framer) (stop bool, keep in
 // fromServer watches the server's replies for CutOnCommandComplete and for the reply a
 // CutAt waits for on this link.
 func (p *Proxy) fromServer(l *link, chunk []byte, f *framer) (stop bool, keep int, done func()) {
+	if read := p.serverRead.Load(); read != nil {
+		(*read)(len(chunk))
+	}
 	pending := l.pending.Load()
 	if pending != nil && pending.at == BeforeReply {
 		return true, 0, func() { p.Down(); close(pending.fired) }

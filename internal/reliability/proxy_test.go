@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -159,6 +160,21 @@ func TestProxyCutOnCommandComplete(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		p, err := reliability.Listen(ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The second part is sent only once the proxy has read the first, so that it
+		// reads the stream in two chunks split exactly there.
+		var readBytes atomic.Int64
+		firstRead := make(chan struct{})
+		var firstChunk atomic.Int64
+		reliability.OnServerRead(p, func(n int) {
+			firstChunk.CompareAndSwap(0, int64(n))
+			if after := readBytes.Add(int64(n)); after >= int64(split) && after-int64(n) < int64(split) {
+				close(firstRead)
+			}
+		})
 		served := make(chan struct{})
 		go func() {
 			defer close(served)
@@ -168,14 +184,14 @@ func TestProxyCutOnCommandComplete(t *testing.T) {
 			}
 			defer s.Close()
 			_, _ = s.Write(stream[:split])
-			time.Sleep(2 * time.Millisecond)
+			select {
+			case <-firstRead:
+			case <-time.After(5 * time.Second):
+				return
+			}
 			_, _ = s.Write(stream[split:])
 			_, _ = io.Copy(io.Discard, s)
 		}()
-		p, err := reliability.Listen(ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
 		fired := p.CutOnCommandComplete("COMMIT")
 		c, err := net.Dial("tcp", p.Addr())
 		if err != nil {
@@ -190,6 +206,9 @@ func TestProxyCutOnCommandComplete(t *testing.T) {
 		case <-fired:
 		case <-time.After(5 * time.Second):
 			t.Fatalf("split %d: trigger never fired", split)
+		}
+		if n := firstChunk.Load(); n != int64(split) {
+			t.Fatalf("split %d: the proxy's first read was %d bytes", split, n)
 		}
 		// Everything before COMMIT arrives, except a tail of a message cut across chunks;
 		// nothing of COMMIT's CommandComplete is complete.
