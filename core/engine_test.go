@@ -596,4 +596,3 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		core.Middleware(core.Config{}, accountScope)
 	}()
 }
-
