@@ -171,12 +171,17 @@ func testFencing(s *suite) {
 // testPhaseRenewsLease: a committed phase renews the lease, so a claim after the first
 // lease would have run out still finds the key in progress.
 func testPhaseRenewsLease(s *suite) {
+	const lease = 3 * time.Second
 	c := s.claim("k", "a")
-	c.Lease = 1500 * time.Millisecond // slack for a loaded machine: the check runs 1s after the renewal
+	c.Lease = lease
 	l := s.mustFresh(c)
-	letTimePass(time.Second)
+	claimed := time.Now() // the lease began before this
+	letTimePass(lease / 2)
 	require.NoError(s.t, l.Phase(s.ctx, "charged", noop))
-	letTimePass(time.Second) // 2s after the claim: the first lease has run out, the renewed one not
+	// Just past the first lease, counted from the claim (so a slow Phase does not push
+	// the check later): the renewed lease, which began at lease/2 or later, has at least
+	// lease/2 - 200ms left, slack for a loaded machine.
+	letTimePass(time.Until(claimed.Add(lease + 200*time.Millisecond)))
 	s.mustStarted(c, c, "charged")
 	s.complete(l, created("1"))
 }
