@@ -115,11 +115,13 @@ func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
 	l.slot.take()
 	ctx, cancel := bounded(ctx, l.timeout)
 	defer cancel()
-	sql, args := l.s.q.complete, completeArgs(l.scope, l.key, l.tok, r)
+	var sql string
+	var args []any
 	if l.pending {
-		sql = l.s.q.record
-		args = []any{l.scope, l.key, l.fingerprint, l.method, l.path, l.point,
+		sql, args = l.s.q.record, []any{l.scope, l.key, l.fingerprint, l.method, l.path, l.point,
 			int32(r.Status), storage.EncodeHeader(r.Header), r.Body}
+	} else {
+		sql, args = l.s.q.complete, completeArgs(l.scope, l.key, l.tok, r)
 	}
 	if l.conn == nil {
 		return l.completeTx(ctx, sql, args)
