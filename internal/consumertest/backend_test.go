@@ -69,9 +69,9 @@ func setup(t *testing.T, kind string) (spec, *backend) {
 	s := spec{Kind: kind}
 	ctx := t.Context()
 	if kind == kindGormSQLite {
-		// WAL, as gormstore's docs recommend; synchronous NORMAL, WAL's usual setting,
-		// which survives a process crash (only a power cut may lose the last commits).
-		s.DSN = testdb.SQLitePath(t) + "?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)"
+		// WAL and synchronous FULL, as gormstore's docs recommend (NORMAL may lose the
+		// last commits on a power cut).
+		s.DSN = testdb.SQLitePath(t) + "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)"
 	} else {
 		u, err := url.Parse(testdb.PostgresURL())
 		require.NoError(t, err)
