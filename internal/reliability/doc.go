@@ -18,7 +18,7 @@
 // The long runs, behind environment variables:
 //
 //	IDEM_FAULT_TRIALS=1000 go test -race -run 'TestFaultTrials|TestGormFaultTrials' -v -timeout 60m ./internal/reliability/
-//	IDEM_SQLITE_KILL_TRIALS=100 go test -race -run TestSQLiteKillTrials -v -timeout 30m ./internal/reliability/
+//	IDEM_SQLITE_KILL_TRIALS=1000 go test -race -run TestSQLiteKillTrials -v -timeout 60m ./internal/reliability/
 //	IDEM_SWEEP_KEYS=100000 go test -race -run TestSweeperUnderLoad -v -timeout 60m ./internal/reliability/
 //	go test -run '^$' -fuzz '^FuzzFingerprintJSON$' -fuzztime 3m ./internal/reliability/
 //
@@ -30,8 +30,8 @@
 //     MariaDB). Default 100; at least one per moment (seven). One subtest alone, say:
 //     -run 'TestFaultTrials/single_write' or 'TestGormFaultTrials/PostgreSQL_single_write'.
 //   - IDEM_SQLITE_KILL_TRIALS: process-kill trials of gormstore × SQLite (the test binary
-//     re-executed as the application, killed by os.Exit or SIGKILL). Default 14, each
-//     moment once by each way.
+//     re-executed as the application, killed by os.Exit or SIGKILL). Default 100, as for
+//     the network cuts; at least 14, each moment once by each way.
 //   - IDEM_SWEEP_KEYS: expired keys the sweeper deletes under live load on each database
 //     (TestSweeperUnderLoad); a tenth as many in-retention keys must stay. Default 10000.
 //   - IDEM_SWEEP_BATCH: the sweeper's BatchSize there. Default 1000.

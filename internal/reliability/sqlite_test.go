@@ -298,15 +298,17 @@ func (c *sqliteChild) waitExit(t *testing.T) string {
 }
 
 // TestSQLiteKillTrials kills the application process at each moment of a keyed request in
-// turn (IDEM_SQLITE_KILL_TRIALS trials, default 14: each moment once by os.Exit, once by SIGKILL), by os.Exit or SIGKILL alternately,
-// with the demo's SQLite settings (WAL, synchronous NORMAL). A new process reopens the file
+// turn (IDEM_SQLITE_KILL_TRIALS trials, default 100, as many as the fault trials of the
+// other databases), by os.Exit or SIGKILL alternately, with the demo's SQLite settings
+// (WAL, synchronous FULL). A new process reopens the file
 // and the client retries with the same key until the answer is final. Every trial must
 // end with exactly one order; every 2xx names it, byte for byte the same; a commit the
 // client never heard of is replayed; a 201 the client got survives the kill and is
 // replayed; and the file passes PRAGMA integrity_check after every trial.
 func TestSQLiteKillTrials(t *testing.T) {
 	t.Parallel()
-	trials := envInt(t, "IDEM_SQLITE_KILL_TRIALS", 2*len(crashPoints))
+	trials := envInt(t, "IDEM_SQLITE_KILL_TRIALS", 100)
+	require.GreaterOrEqual(t, trials, 2*len(crashPoints), "IDEM_SQLITE_KILL_TRIALS: each moment once by os.Exit and once by SIGKILL")
 	d := newGormDB(t, onSQLite)
 	var mode, sync string
 	require.NoError(t, d.check.Raw("PRAGMA journal_mode").Scan(&mode).Error)
