@@ -62,39 +62,18 @@ func TestMariaDBLockWaitTimeoutAnswers409(t *testing.T) {
 func TestMariaDBDeadlockAnswers503ThenRetrySucceeds(t *testing.T) {
 	t.Parallel()
 	d := newGormDB(t, onMariaDB)
-	for _, tbl := range []string{"stock_a", "stock_b"} {
-		require.NoError(t, d.check.Exec("CREATE TABLE "+tbl+" (id int PRIMARY KEY, n int NOT NULL) ENGINE=InnoDB").Error)
-		require.NoError(t, d.check.Exec("INSERT INTO "+tbl+" VALUES (1, 100)").Error)
-	}
+	cs := newCrossedStock(t, d)
 	a := newGormApp(t, d, gormAppConfig{direct: true, poolSize: 4, cfg: core.Config{LockWait: 5 * time.Second}})
-
-	// "ab" takes stock_a then stock_b; "ba" the other way. Each holds its first lock
-	// until the other holds its own, then asks for the other's.
-	var firstLocks sync.WaitGroup
-	firstLocks.Add(2)
-	var once sync.Map
 	take := func(ctx context.Context, tx *gorm.DB, r *http.Request) error {
 		key := core.OperationFrom(ctx).Key()
-		order := []string{"stock_a", "stock_b"}
-		if key == "ba" {
-			order = []string{"stock_b", "stock_a"}
-		}
-		if err := tx.Exec("UPDATE " + order[0] + " SET n = n - 1 WHERE id = 1").Error; err != nil {
+		if err := cs.first(tx, key); err != nil {
 			return err
 		}
-		if _, again := once.LoadOrStore(key, true); !again {
-			firstLocks.Done()
-			firstLocks.Wait() // the first attempts only: both hold their first lock
-		}
-		return tx.Exec("UPDATE " + order[1] + " SET n = n - 1 WHERE id = 1").Error
+		return cs.second(tx, key)
 	}
 	a.business.Store(&take)
 
-	replies := map[string]chan reply{"ab": make(chan reply, 1), "ba": make(chan reply, 1)}
-	for key, ch := range replies {
-		go func() { ch <- a.post("acct", key, "", jsonBody(1)) }()
-	}
-	got := map[string]reply{"ab": <-replies["ab"], "ba": <-replies["ba"]}
+	got := cs.post(a)
 	var victim string
 	for key, r := range got {
 		switch r.status {
@@ -116,7 +95,7 @@ func TestMariaDBDeadlockAnswers503ThenRetrySucceeds(t *testing.T) {
 	rs := a.retryUntilDone("acct", victim, "", jsonBody(1), 30)
 	last := rs[len(rs)-1]
 	require.True(t, last.status == http.StatusCreated && !last.replayed(), "the victim's retry: %v", rs)
-	for key := range replies {
+	for key := range got {
 		assert.Equal(t, 1, d.orders("acct", key), key)
 	}
 	assert.Equal(t, 98, d.count("SELECT n FROM stock_a"))
@@ -287,29 +266,15 @@ func TestMariaDBHandlerRetryAfterDeadlockKeepsNothing(t *testing.T) {
 		t.Run(fmt.Sprintf("swallow all %v", swallowAll), func(t *testing.T) {
 			t.Parallel()
 			d := newGormDB(t, onMariaDB)
-			for _, tbl := range []string{"stock_a", "stock_b"} {
-				require.NoError(t, d.check.Exec("CREATE TABLE "+tbl+" (id int PRIMARY KEY, n int NOT NULL) ENGINE=InnoDB").Error)
-				require.NoError(t, d.check.Exec("INSERT INTO "+tbl+" VALUES (1, 100)").Error)
-			}
+			cs := newCrossedStock(t, d)
 			a := newGormApp(t, d, gormAppConfig{direct: true, poolSize: 4, cfg: core.Config{LockWait: 5 * time.Second}})
-			var firstLocks sync.WaitGroup
-			firstLocks.Add(2)
-			var once sync.Map
 			var swallowed sync.Map // key → the deadlock its handler swallowed
 			take := func(ctx context.Context, tx *gorm.DB, r *http.Request) error {
 				key := core.OperationFrom(ctx).Key()
-				order := []string{"stock_a", "stock_b"}
-				if key == "ba" {
-					order = []string{"stock_b", "stock_a"}
-				}
-				if err := tx.Exec("UPDATE " + order[0] + " SET n = n - 1 WHERE id = 1").Error; err != nil {
+				if err := cs.first(tx, key); err != nil {
 					return err
 				}
-				if _, again := once.LoadOrStore(key, true); !again {
-					firstLocks.Done()
-					firstLocks.Wait()
-				}
-				err := tx.Exec("UPDATE " + order[1] + " SET n = n - 1 WHERE id = 1").Error
+				err := cs.second(tx, key)
 				if err == nil {
 					return nil
 				}
@@ -318,8 +283,8 @@ func TestMariaDBHandlerRetryAfterDeadlockKeepsNothing(t *testing.T) {
 				// still its transaction.
 				err = errors.Join(
 					tx.Create(&gormOrder{Scope: "acct", IdemKey: key, Amount: -1}).Error,
-					tx.Exec("UPDATE "+order[0]+" SET n = n - 1 WHERE id = 1").Error,
-					tx.Exec("UPDATE "+order[1]+" SET n = n - 1 WHERE id = 1").Error)
+					tx.Exec("UPDATE "+cs.order(key)[0]+" SET n = n - 1 WHERE id = 1").Error,
+					cs.second(tx, key))
 				assert.ErrorIs(t, err, gormstore.ErrRolledBack, "the statements after the deadlock") // not require: the server's goroutine
 				if swallowAll {
 					return nil
@@ -328,11 +293,7 @@ func TestMariaDBHandlerRetryAfterDeadlockKeepsNothing(t *testing.T) {
 			}
 			a.business.Store(&take)
 
-			replies := map[string]chan reply{"ab": make(chan reply, 1), "ba": make(chan reply, 1)}
-			for key, ch := range replies {
-				go func() { ch <- a.post("acct", key, "", jsonBody(1)) }()
-			}
-			got := map[string]reply{"ab": <-replies["ab"], "ba": <-replies["ba"]}
+			got := cs.post(a)
 			var victim string
 			swallowed.Range(func(k, v any) bool { victim = k.(string); t.Logf("%s swallowed: %v", k, v); return true })
 			require.NotEmpty(t, victim, "no deadlock: %v", got)
@@ -349,11 +310,65 @@ func TestMariaDBHandlerRetryAfterDeadlockKeepsNothing(t *testing.T) {
 			a.business.Store(nil)
 			rs := a.retryUntilDone("acct", victim, "", jsonBody(1), 30)
 			require.Equal(t, http.StatusCreated, rs[len(rs)-1].status, "the victim's retry: %v", rs)
-			for key := range replies {
+			for key := range got {
 				assert.Equal(t, 1, d.orders("acct", key), "orders of key %s after the retry", key)
 			}
 			assert.Equal(t, 99, d.count("SELECT n FROM stock_a"), "stock_a: only the survivor's update (the retry writes no stock)")
 			assert.Equal(t, 99, d.count("SELECT n FROM stock_b"), "stock_b: only the survivor's update (the retry writes no stock)")
 		})
 	}
+}
+
+// crossedStock is the setup of a deadlock between two requests: keys "ab" and "ba"
+// update two stock tables in opposite orders, and on their first attempt each holds its
+// first lock until the other holds its own.
+type crossedStock struct {
+	firstLocks sync.WaitGroup
+	once       sync.Map
+}
+
+// newCrossedStock creates the tables stock_a and stock_b in d, each with one row of 100.
+func newCrossedStock(t *testing.T, d *gormDB) *crossedStock {
+	for _, tbl := range []string{"stock_a", "stock_b"} {
+		require.NoError(t, d.check.Exec("CREATE TABLE "+tbl+" (id int PRIMARY KEY, n int NOT NULL) ENGINE=InnoDB").Error)
+		require.NoError(t, d.check.Exec("INSERT INTO "+tbl+" VALUES (1, 100)").Error)
+	}
+	cs := &crossedStock{}
+	cs.firstLocks.Add(2)
+	return cs
+}
+
+// order is the tables key updates, in its order.
+func (cs *crossedStock) order(key string) []string {
+	if key == "ba" {
+		return []string{"stock_b", "stock_a"}
+	}
+	return []string{"stock_a", "stock_b"}
+}
+
+// first takes key's first lock and, on the key's first attempt only, waits until both
+// requests hold theirs.
+func (cs *crossedStock) first(tx *gorm.DB, key string) error {
+	if err := tx.Exec("UPDATE " + cs.order(key)[0] + " SET n = n - 1 WHERE id = 1").Error; err != nil {
+		return err
+	}
+	if _, again := cs.once.LoadOrStore(key, true); !again {
+		cs.firstLocks.Done()
+		cs.firstLocks.Wait()
+	}
+	return nil
+}
+
+// second asks for key's second lock: the other request's first.
+func (cs *crossedStock) second(tx *gorm.DB, key string) error {
+	return tx.Exec("UPDATE " + cs.order(key)[1] + " SET n = n - 1 WHERE id = 1").Error
+}
+
+// post sends both requests at once and returns their replies by key.
+func (cs *crossedStock) post(a *gormApp) map[string]reply {
+	replies := map[string]chan reply{"ab": make(chan reply, 1), "ba": make(chan reply, 1)}
+	for key, ch := range replies {
+		go func() { ch <- a.post("acct", key, "", jsonBody(1)) }()
+	}
+	return map[string]reply{"ab": <-replies["ab"], "ba": <-replies["ba"]}
 }
