@@ -314,6 +314,14 @@ type tally struct {
 	elapsed   time.Duration
 }
 
+// add counts o's trials and their outcomes into t (for the totals line).
+func (t *tally) add(o tally) {
+	t.attempted += o.attempted
+	t.acknowledged += o.acknowledged
+	t.duplicated += o.duplicated
+	t.lost += o.lost
+}
+
 // trialApp is an application under fault trials, with what the trials read of its
 // database (straight, not through the proxy).
 type trialApp struct {
@@ -439,10 +447,7 @@ func runFaultTrials(t *testing.T, app trialApp, trials int) tally {
 	var total tally
 	var lines []string
 	for ci, tl := range per {
-		total.attempted += tl.attempted
-		total.acknowledged += tl.acknowledged
-		total.duplicated += tl.duplicated
-		total.lost += tl.lost
+		total.add(tl)
 		lines = append(lines, fmt.Sprintf("  %-38s attempted=%d exercised=%d first:2xx=%d/5xx=%d retry:replayed=%d handler-rerun=%d (%v a trial)",
 			app.cuts[ci].name, tl.attempted, tl.exercised, tl.first2xx, tl.first5xx, tl.replays, tl.reruns,
 			(tl.elapsed/time.Duration(max(tl.attempted, 1))).Round(time.Millisecond)))

@@ -398,10 +398,7 @@ func TestSQLiteKillTrials(t *testing.T) {
 	var total tally
 	var lines []string
 	for pi, tl := range per {
-		total.attempted += tl.attempted
-		total.acknowledged += tl.acknowledged
-		total.duplicated += tl.duplicated
-		total.lost += tl.lost
+		total.add(tl)
 		lines = append(lines, fmt.Sprintf("  %-14s attempted=%d first:201=%d/none=%d retry:replayed=%d handler-rerun=%d (%v a trial)",
 			crashPoints[pi], tl.attempted, tl.first2xx, tl.first5xx, tl.replays, tl.reruns,
 			(tl.elapsed/time.Duration(max(tl.attempted, 1))).Round(time.Millisecond)))
