@@ -230,18 +230,11 @@ func (a *gormApp) setHooks(h hooks) { a.hooks.Store(&h) }
 
 // orders creates an order in the request's transaction (gormstore.DB).
 func (a *gormApp) orders(w http.ResponseWriter, r *http.Request) {
-	a.calls.Add(1)
 	ctx := r.Context()
 	op := core.OperationFrom(ctx)
 	h := a.hooks.Load()
-	if h != nil && h.afterClaim != nil {
-		h.afterClaim(r)
-	}
-	var req struct {
-		Amount int `json:"amount"`
-	}
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		http.Error(w, "bad body: "+err.Error(), http.StatusBadRequest)
+	req, ok := startOrder(w, r, &a.calls, h)
+	if !ok {
 		return
 	}
 	tx := gormstore.DB(ctx)

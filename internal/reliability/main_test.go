@@ -351,21 +351,34 @@ type order struct {
 	Pad    string `json:"pad,omitempty"`
 }
 
-// orders creates an order in the request's transaction. Query parameters shape the
-// response: secrets=1 adds credential headers, pad=N pads the body with N bytes.
-func (in *instance) orders(w http.ResponseWriter, r *http.Request) {
-	in.calls.Add(1)
-	ctx := r.Context()
-	op := core.OperationFrom(ctx)
-	h := in.hooks.Load()
+// startOrder is the start of every test application's order handler: it counts the run,
+// calls the afterClaim hook if h has one, and decodes the body; on a bad body it answers
+// 400 and reports false.
+func startOrder(w http.ResponseWriter, r *http.Request, calls *atomic.Int64, h *hooks) (req orderRequest, ok bool) {
+	calls.Add(1)
 	if h != nil && h.afterClaim != nil {
 		h.afterClaim(r)
 	}
-	var req struct {
-		Amount int `json:"amount"`
-	}
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, "bad body: "+err.Error(), http.StatusBadRequest)
+		return req, false
+	}
+	return req, true
+}
+
+// orderRequest is the body of a test application's order.
+type orderRequest struct {
+	Amount int `json:"amount"`
+}
+
+// orders creates an order in the request's transaction. Query parameters shape the
+// response: secrets=1 adds credential headers, pad=N pads the body with N bytes.
+func (in *instance) orders(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	op := core.OperationFrom(ctx)
+	h := in.hooks.Load()
+	req, ok := startOrder(w, r, &in.calls, h)
+	if !ok {
 		return
 	}
 	o := order{Scope: op.Scope(), Key: op.Key(), Amount: req.Amount}
