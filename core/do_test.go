@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/internal/syncbuf"
 )
 
 func newDoEngine(t *testing.T, cfg core.Config) *core.Engine {
@@ -77,7 +78,7 @@ func TestDoWithoutResultOrFingerprint(t *testing.T) {
 
 func TestDoRefusesAnotherFingerprint(t *testing.T) {
 	t.Parallel()
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	eng := newDoEngine(t, core.Config{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	ok := func(context.Context) ([]byte, error) { return []byte("done"), nil }
 	_, _, err := eng.Do(t.Context(), "s", "m", []byte("a"), ok)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/internal/syncbuf"
 )
 
 // webhook is a receiver behind core.Middleware whose key comes from ks, counting runs and
@@ -26,12 +27,12 @@ type webhook struct {
 	handler http.Handler
 	runs    atomic.Int64
 	bodies  chan string
-	logs    *lockedBuffer
+	logs    *syncbuf.Buffer
 }
 
 func newWebhook(t *testing.T, cfg core.Config, h http.HandlerFunc) *webhook {
 	t.Helper()
-	wh := &webhook{bodies: make(chan string, 64), logs: &lockedBuffer{}}
+	wh := &webhook{bodies: make(chan string, 64), logs: &syncbuf.Buffer{}}
 	if cfg.Store == nil {
 		cfg.Store = memstore.New()
 	}

@@ -1,13 +1,11 @@
 package core_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,25 +15,8 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/internal/syncbuf"
 )
-
-// lockedBuffer is a log sink safe for the handler goroutines of a test server.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestEmptyScopeFailsClosed: a scope function returning "" (the middleware mounted before
 // authentication) must not put every caller in one key space. The handler does not run,
@@ -44,7 +25,7 @@ func (l *lockedBuffer) String() string {
 func TestEmptyScopeFailsClosed(t *testing.T) {
 	t.Parallel()
 	store := memstore.New()
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	eng, err := core.New(core.Config{Store: store, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	require.NoError(t, err)
 	var runs atomic.Int64
@@ -120,7 +101,7 @@ func TestRetentionHasOneSource(t *testing.T) {
 // as Config.Logger promises; a completed request logs nothing.
 func TestReleasedKeyIsLogged(t *testing.T) {
 	t.Parallel()
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	fail := true
 	hs := newHarness(t, core.Config{Logger: log}, func(w http.ResponseWriter, r *http.Request) {

@@ -2,7 +2,6 @@ package consumertest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,12 +10,12 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/internal/syncbuf"
 )
 
 // A child consumer is the test binary re-executed with childEnv set: TestMain then runs
@@ -88,8 +87,8 @@ func runChild() int {
 // child is a running child consumer.
 type child struct {
 	cmd    *exec.Cmd
-	stdout syncBuffer
-	stderr syncBuffer
+	stdout syncbuf.Buffer
+	stderr syncbuf.Buffer
 	done   chan struct{}
 	err    error // Wait's; read after done
 }
@@ -160,22 +159,4 @@ func (c *child) wait(t *testing.T) (int, counts) {
 		t.Fatalf("child consumer exited %d; stderr:\n%s", code, c.stderr.String())
 	}
 	return code, n
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/internal/syncbuf"
 )
 
 // The child server: the test binary re-executed with childEnv set. TestMain then serves
@@ -99,7 +100,7 @@ func runChild() int {
 type child struct {
 	cmd    *exec.Cmd
 	url    string
-	stderr syncBuffer
+	stderr syncbuf.Buffer
 	done   chan struct{} // closed when the process has exited and been waited for
 	err    error         // Wait's error; read after done
 }
@@ -207,22 +208,4 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), nil
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
