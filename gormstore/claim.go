@@ -335,33 +335,36 @@ func (s *Store) singleWrite(c storage.Claim) bool {
 		(s.iso == sql.LevelDefault || s.iso == sql.LevelReadCommitted)
 }
 
-// claimSQL is the one statement of claimLocked: the key's row if one holds it, with the
-// database's clock, and a last column that says what happened to the key's
-// transaction-scoped advisory lock:
+// claimSQL is the one statement of claimLocked. It returns no row when no row holds the
+// key and the key's transaction-scoped advisory lock was free: it is now this
+// transaction's (pg_try_advisory_xact_lock), the first request's usual case, which then
+// costs no columns to decode. Otherwise it returns one row: found, the key's row if one
+// holds it, the database's clock, and locked:
 //
-//   - NULL: not touched, because a row holds the key, or the transaction is not at READ
-//     COMMITTED (the first argument true skips that check: WithIsolation named the level);
-//   - true: it was free and is now this transaction's (pg_try_advisory_xact_lock);
-//   - false: a twin held it; the statement waited for it under the given lock_timeout
-//     (SET LOCAL, put back to the transaction's own before the statement ends) and it is
-//     now this transaction's. A wait that runs out fails the statement (55P03).
+//   - found, locked NULL: a row holds the key; the lock was not touched;
+//   - not found, locked NULL: the transaction is not at READ COMMITTED (the first
+//     argument true skips that check: WithIsolation named the level); not touched either;
+//   - not found, locked false: a twin held the lock; the statement waited for it under
+//     the given lock_timeout (SET LOCAL, put back to the transaction's own before the
+//     statement ends) and it is now this transaction's. A wait that runs out fails the
+//     statement (55P03).
 //
 // CASE evaluates its branches in order and only those it needs, so the lock is asked for
 // only when no row holds the key, and the wait and the two set_config calls happen in that
 // order; the connection's lock_timeout is read in a subquery that OFFSET 0 keeps from
 // being pulled up into the CASE, so it is read before it is changed.
 func claimSQL(quoted string) string {
-	return "SELECT k.scope IS NOT NULL, COALESCE(k.scope, ''), COALESCE(k.idem_key, ''), k.request_hash, " +
-		"COALESCE(k.method, ''), COALESCE(k.path, ''), COALESCE(k.state, ''), COALESCE(k.recovery_point, ''), k.locked_until, " +
-		"k.response_code, k.response_headers, k.response_body, k.created_at, k.completed_at, statement_timestamp(), " +
-		"CASE WHEN k.scope IS NOT NULL OR NOT (CAST(? AS boolean) OR current_setting('transaction_isolation') = 'read committed') THEN NULL " +
-		"WHEN pg_try_advisory_xact_lock(?) THEN true " +
-		"WHEN set_config('lock_timeout', ?, true) IS NULL THEN NULL " +
-		"WHEN CAST(pg_advisory_xact_lock(?) AS text) IS NULL THEN NULL " +
-		"WHEN set_config('lock_timeout', one.prev, true) IS NULL THEN NULL " +
-		"ELSE false END " +
-		"FROM (SELECT current_setting('lock_timeout') AS prev OFFSET 0) one LEFT JOIN " + quoted +
-		" k ON k.scope = ? AND k.idem_key = ?"
+	return "SELECT k.scope IS NOT NULL, k.request_hash, COALESCE(k.method, ''), COALESCE(k.path, ''), " +
+		"COALESCE(k.state, ''), COALESCE(k.recovery_point, ''), k.locked_until, k.response_code, k.response_headers, " +
+		"k.response_body, k.created_at, k.completed_at, statement_timestamp(), " +
+		"CASE WHEN k.scope IS NOT NULL OR NOT (CAST(? AS boolean) OR current_setting('transaction_isolation') = 'read committed') THEN NULL ELSE false END " +
+		"FROM (SELECT current_setting('lock_timeout') AS prev OFFSET 0) one LEFT JOIN " + quoted + " k ON k.scope = ? AND k.idem_key = ? " +
+		"WHERE CASE WHEN k.scope IS NOT NULL OR NOT (CAST(? AS boolean) OR current_setting('transaction_isolation') = 'read committed') THEN true " +
+		"WHEN pg_try_advisory_xact_lock(?) THEN false " +
+		"WHEN set_config('lock_timeout', ?, true) IS NULL THEN true " +
+		"WHEN CAST(pg_advisory_xact_lock(?) AS text) IS NULL THEN true " +
+		"WHEN set_config('lock_timeout', one.prev, true) IS NULL THEN true " +
+		"ELSE true END"
 }
 
 // claimLocked is the start of an atomic claim on PostgreSQL that writes nothing, in one
@@ -421,23 +424,21 @@ func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, w
 // claimRow runs claimSQL: the row that holds the key (nil if none) and whether the key's
 // advisory lock is now this transaction's.
 func (s *Store) claimRow(ctx context.Context, tx *gorm.DB, c storage.Claim, hash int64, lockTimeout string) (*row, bool, error) {
-	rows, err := tx.WithContext(ctx).Raw(s.claimSQL, s.iso == sql.LevelReadCommitted, hash, lockTimeout, hash, c.Scope, c.Key).Rows()
+	rc := s.iso == sql.LevelReadCommitted
+	rows, err := tx.WithContext(ctx).Raw(s.claimSQL, rc, c.Scope, c.Key, rc, hash, lockTimeout, hash).Rows()
 	if err != nil {
 		return nil, false, err
 	}
 	defer rows.Close()
 	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return nil, false, err
-		}
-		return nil, false, sql.ErrNoRows
+		return nil, true, rows.Err() // the lock was free
 	}
 	var (
 		found  bool
 		locked sql.NullBool
-		r      row
 	)
-	if err := rows.Scan(&found, &r.scope, &r.key, &r.hash, &r.method, &r.path, &r.state, &r.point,
+	r := row{scope: c.Scope, key: c.Key}
+	if err := rows.Scan(&found, &r.hash, &r.method, &r.path, &r.state, &r.point,
 		timeScanner{t: &r.lockedUntil}, &r.code, &r.headers, &r.body,
 		timeScanner{t: &r.createdAt}, timeScanner{t: &r.completedAt}, timeScanner{t: &r.now}, &locked); err != nil {
 		return nil, false, err
