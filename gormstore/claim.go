@@ -394,15 +394,22 @@ func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, w
 	}()
 	hash := s.lockHash(c.Scope, c.Key)
 	ms := max((wait+time.Millisecond-1)/time.Millisecond, 1)
-	r, locked, err := s.claimRow(ctx, tx, c, hash, strconv.FormatInt(int64(ms), 10)+"ms")
+	db := tx.WithContext(ctx)
+	r, locked, err := s.claimRow(db, c, hash, strconv.FormatInt(int64(ms), 10)+"ms")
 	if err != nil {
 		return nil, nil, true, wrap(ctx, "claim", err)
 	}
 	if r == nil && locked {
 		// The lock is this transaction's: look again, with a snapshot that sees whatever
-		// its last holder committed.
-		if r, err = s.read(ctx, tx, c.Scope, c.Key, false, time.Time{}); err != nil {
+		// its last holder committed (one column to decode; the row only if there is one).
+		var exists bool
+		if err := scanOne(db.Raw(s.existsSQL, c.Scope, c.Key), &exists); err != nil {
 			return nil, nil, true, wrap(ctx, "claim: select", err)
+		}
+		if exists {
+			if r, err = s.read(ctx, tx, c.Scope, c.Key, false, time.Time{}); err != nil {
+				return nil, nil, true, wrap(ctx, "claim: select", err)
+			}
 		}
 	}
 	switch {
@@ -423,9 +430,9 @@ func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, w
 
 // claimRow runs claimSQL: the row that holds the key (nil if none) and whether the key's
 // advisory lock is now this transaction's.
-func (s *Store) claimRow(ctx context.Context, tx *gorm.DB, c storage.Claim, hash int64, lockTimeout string) (*row, bool, error) {
+func (s *Store) claimRow(db *gorm.DB, c storage.Claim, hash int64, lockTimeout string) (*row, bool, error) {
 	rc := s.iso == sql.LevelReadCommitted
-	rows, err := tx.WithContext(ctx).Raw(s.claimSQL, rc, c.Scope, c.Key, rc, hash, lockTimeout, hash).Rows()
+	rows, err := db.Raw(s.claimSQL, rc, c.Scope, c.Key, rc, hash, lockTimeout, hash).Rows()
 	if err != nil {
 		return nil, false, err
 	}
