@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"gorm.io/gorm"
@@ -345,7 +344,7 @@ func (s *Store) singleWrite(c storage.Claim) bool {
 //   - not found, locked NULL: the transaction is not at READ COMMITTED (the first
 //     argument true skips that check: WithIsolation named the level); not touched either;
 //   - not found, locked false: a twin held the lock; the statement waited for it under
-//     the given lock_timeout (SET LOCAL, put back to the transaction's own before the
+//     the given lock_timeout in milliseconds (SET LOCAL, put back to the transaction's own before the
 //     statement ends) and it is now this transaction's. A wait that runs out fails the
 //     statement (55P03).
 //
@@ -361,7 +360,7 @@ func claimSQL(quoted string) string {
 		"FROM (SELECT current_setting('lock_timeout') AS prev OFFSET 0) one LEFT JOIN " + quoted + " k ON k.scope = ? AND k.idem_key = ? " +
 		"WHERE CASE WHEN k.scope IS NOT NULL OR NOT (CAST(? AS boolean) OR current_setting('transaction_isolation') = 'read committed') THEN true " +
 		"WHEN pg_try_advisory_xact_lock(?) THEN false " +
-		"WHEN set_config('lock_timeout', ?, true) IS NULL THEN true " +
+		"WHEN set_config('lock_timeout', CAST(? AS bigint) || 'ms', true) IS NULL THEN true " +
 		"WHEN CAST(pg_advisory_xact_lock(?) AS text) IS NULL THEN true " +
 		"WHEN set_config('lock_timeout', one.prev, true) IS NULL THEN true " +
 		"ELSE true END"
@@ -392,18 +391,22 @@ func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, w
 			tx.Rollback()
 		}
 	}()
-	hash := s.lockHash(c.Scope, c.Key)
+	// tx runs under the claim's own context, which claimBounded ends with ctx: no
+	// WithContext (a GORM session) per statement.
+	db := tx
 	ms := max((wait+time.Millisecond-1)/time.Millisecond, 1)
-	db := tx.WithContext(ctx)
-	r, locked, err := s.claimRow(db, c, hash, strconv.FormatInt(int64(ms), 10)+"ms")
+	r, locked, err := s.claimRow(db, c, s.lockHash(c.Scope, c.Key), int64(ms))
 	if err != nil {
 		return nil, nil, true, wrap(ctx, "claim", err)
 	}
 	if r == nil && locked {
 		// The lock is this transaction's: look again, with a snapshot that sees whatever
 		// its last holder committed (one column to decode; the row only if there is one).
+		// It goes to the transaction's connection pool directly, past GORM's statement
+		// building and callbacks (15 allocations of every first request): a GORM logger
+		// does not see it, as it does not see BEGIN and COMMIT.
 		var exists bool
-		if err := scanOne(db.Raw(s.existsSQL, c.Scope, c.Key), &exists); err != nil {
+		if err := db.Statement.ConnPool.QueryRowContext(db.Statement.Context, s.existsSQL, c.Scope, c.Key).Scan(&exists); err != nil {
 			return nil, nil, true, wrap(ctx, "claim: select", err)
 		}
 		if exists {
@@ -422,17 +425,19 @@ func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, w
 	l := &lock{
 		s: s, mode: c.Mode, scope: c.Scope, key: c.Key, lease: c.Lease, timeout: c.Timeout,
 		initial: storage.RecoveryStarted, point: storage.RecoveryStarted,
-		pending: true, fingerprint: c.Fingerprint, method: c.Method, path: c.Path,
-		tx: tx, held: &holder{tx: tx, base: s.db},
+		pending: true, fingerprint: c.Fingerprint, method: c.Method, path: c.Path, tx: tx,
 	}
+	l.own = holder{tx: tx, base: s.db}
+	l.held = &l.own
 	return l, nil, true, nil
 }
 
 // claimRow runs claimSQL: the row that holds the key (nil if none) and whether the key's
 // advisory lock is now this transaction's.
-func (s *Store) claimRow(db *gorm.DB, c storage.Claim, hash int64, lockTimeout string) (*row, bool, error) {
+func (s *Store) claimRow(db *gorm.DB, c storage.Claim, hash, lockTimeoutMS int64) (*row, bool, error) {
 	rc := s.iso == sql.LevelReadCommitted
-	rows, err := db.Raw(s.claimSQL, rc, c.Scope, c.Key, rc, hash, lockTimeout, hash).Rows()
+	h := any(hash) // boxed once, sent twice
+	rows, err := db.Raw(s.claimSQL, rc, c.Scope, c.Key, rc, h, lockTimeoutMS, h).Rows()
 	if err != nil {
 		return nil, false, err
 	}
