@@ -30,11 +30,11 @@ var errRetry = errors.New("gormstore: claim raced, retrying")
 // that one statement. Anything else runs in a transaction:
 //
 //   - PostgreSQL, atomic mode at READ COMMITTED (unless WithClaimRowFirst): the claim
-//     writes nothing. It takes the key's transaction-scoped advisory lock (a twin in
-//     flight holds it: the claim waits, bounded by lock_timeout, and looks again) and
-//     looks the key up; Complete inserts the completed row before COMMIT (claimLocked).
-//     A row that holds the key is reported from a plain read, or replaced or taken over
-//     as below.
+//     writes nothing. One statement reads the key's row and, when none holds the key,
+//     takes the key's transaction-scoped advisory lock (a twin in flight holds it: the
+//     statement waits, bounded by lock_timeout); holding the lock, a lookup looks again;
+//     Complete inserts the completed row before COMMIT (claimLocked). A row that holds
+//     the key is reported from that read, or replaced or taken over as below.
 //   - PostgreSQL otherwise: INSERT … ON CONFLICT DO NOTHING, the transaction's first
 //     write, then SELECT … FOR UPDATE on conflict, waits bounded by lock_timeout
 //     (55P03/57014 → storage.ErrInProgress; 40001/40P01 → storage.ErrTransient).
@@ -334,19 +334,52 @@ func (s *Store) singleWrite(c storage.Claim) bool {
 		(s.iso == sql.LevelDefault || s.iso == sql.LevelReadCommitted)
 }
 
-// claimLocked is the start of an atomic claim on PostgreSQL that writes nothing: when no
-// row holds the key it takes the key's transaction-scoped advisory lock without waiting
-// and, holding it, looks the key up with a snapshot taken after the lock was granted, so
-// it sees whatever a twin committed. No row: the lock is returned (done) and Complete
-// inserts the completed row, the request's one write to the key table. A twin holding
-// the lock: the claim waits for it (lock_timeout, then storage.ErrInProgress), rolls back
-// and starts again (errRetry), when the twin's record is visible. A row holding the key
-// (done false, no error): the caller goes on in tx, where the row's lock serialises
-// racing claimers as before. So does a transaction that is not at READ COMMITTED (the
-// server's default level, when WithIsolation names none, may be another): its snapshot,
-// taken before the lock is granted, could not see a twin that committed in between. A
-// row the claim would only report is reported at once (rec, done), read without a lock:
-// a replay writes nothing.
+// claimSQL is the one statement of claimLocked. It returns no row when no row holds the
+// key and the key's transaction-scoped advisory lock was free: it is now this
+// transaction's (pg_try_advisory_xact_lock), the first request's usual case, which then
+// costs no columns to decode. Otherwise it returns one row: found, the key's row if one
+// holds it, the database's clock, and locked:
+//
+//   - found, locked NULL: a row holds the key; the lock was not touched;
+//   - not found, locked NULL: the transaction is not at READ COMMITTED (the first
+//     argument true skips that check: WithIsolation named the level); not touched either;
+//   - not found, locked false: a twin held the lock; the statement waited for it under
+//     the given lock_timeout in milliseconds (SET LOCAL, put back to the transaction's own before the
+//     statement ends) and it is now this transaction's. A wait that runs out fails the
+//     statement (55P03).
+//
+// CASE evaluates its branches in order and only those it needs, so the lock is asked for
+// only when no row holds the key, and the wait and the two set_config calls happen in that
+// order; the connection's lock_timeout is read in a subquery that OFFSET 0 keeps from
+// being pulled up into the CASE, so it is read before it is changed.
+func claimSQL(quoted string) string {
+	return "SELECT k.scope IS NOT NULL, k.request_hash, COALESCE(k.method, ''), COALESCE(k.path, ''), " +
+		"COALESCE(k.state, ''), COALESCE(k.recovery_point, ''), k.locked_until, k.response_code, k.response_headers, " +
+		"k.response_body, k.created_at, k.completed_at, statement_timestamp(), " +
+		"CASE WHEN k.scope IS NOT NULL OR NOT (CAST(? AS boolean) OR current_setting('transaction_isolation') = 'read committed') THEN NULL ELSE false END " +
+		"FROM (SELECT current_setting('lock_timeout') AS prev OFFSET 0) one LEFT JOIN " + quoted + " k ON k.scope = ? AND k.idem_key = ? " +
+		"WHERE CASE WHEN k.scope IS NOT NULL OR NOT (CAST(? AS boolean) OR current_setting('transaction_isolation') = 'read committed') THEN true " +
+		"WHEN pg_try_advisory_xact_lock(?) THEN false " +
+		"WHEN set_config('lock_timeout', CAST(? AS bigint) || 'ms', true) IS NULL THEN true " +
+		"WHEN CAST(pg_advisory_xact_lock(?) AS text) IS NULL THEN true " +
+		"WHEN set_config('lock_timeout', one.prev, true) IS NULL THEN true " +
+		"ELSE true END"
+}
+
+// claimLocked is the start of an atomic claim on PostgreSQL that writes nothing, in one
+// statement (claimSQL): a row that holds the key is read without a lock, and the key's
+// transaction-scoped advisory lock is taken only when none does, waiting for a twin that
+// holds it (lock_timeout, then storage.ErrInProgress). That statement's snapshot predates
+// the lock, so it cannot see what the lock's last holder committed: once the lock is this
+// transaction's, a plain read with a new snapshot looks again. No row: the lock is
+// returned (done) and Complete inserts the completed row, the request's one write to the
+// key table. A row the claim would only report (completed, a live lease, another
+// request's fingerprint), seen by either read, is reported at once (rec, done): a replay
+// writes nothing and takes no lock. Any other row (done false, no error): the caller goes
+// on in tx, where the row's lock serialises racing claimers as before. So does a
+// transaction that is not at READ COMMITTED (the server's default level, when
+// WithIsolation names none, may be another): its snapshot, taken before the lock is
+// granted, could not see a twin that committed in between.
 //
 // The primary key stays the final arbiter: where the lock does not serialise (an engine
 // that accepts the call and does not lock, a snapshot at REPEATABLE READ taken just
@@ -358,51 +391,77 @@ func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, w
 			tx.Rollback()
 		}
 	}()
-	hash := s.lockHash(c.Scope, c.Key)
-	var locked sql.NullBool
-	if err := scanOne(tx.WithContext(ctx).Raw(s.tryLockSQL, c.Scope, c.Key, hash), &locked); err != nil {
-		return nil, nil, false, wrap(ctx, "claim: lock", err)
+	// tx runs under the claim's own context, which claimBounded ends with ctx: no
+	// WithContext (a GORM session) per statement.
+	db := tx
+	ms := max((wait+time.Millisecond-1)/time.Millisecond, 1)
+	r, locked, err := s.claimRow(db, c, s.lockHash(c.Scope, c.Key), int64(ms))
+	if err != nil {
+		return nil, nil, true, wrap(ctx, "claim", err)
 	}
-	switch {
-	case !locked.Valid:
-		// A row holds the key (or the level is not READ COMMITTED). A record the claim
-		// would only report (completed, a live lease, another request's fingerprint) is
-		// reported from a plain read: a replay writes nothing and takes no row lock. A
-		// row to replace or take over goes to the caller's claim, which locks it.
-		r, err := s.read(ctx, tx, c.Scope, c.Key, false, time.Time{})
-		switch {
-		case err != nil:
+	if r == nil && locked {
+		// The lock is this transaction's: look again, with a snapshot that sees whatever
+		// its last holder committed (one column to decode; the row only if there is one).
+		// It goes to the transaction's connection pool directly, past GORM's statement
+		// building and callbacks (15 allocations of every first request): a GORM logger
+		// does not see it, as it does not see BEGIN and COMMIT.
+		var exists bool
+		if err := db.Statement.ConnPool.QueryRowContext(db.Statement.Context, s.existsSQL, c.Scope, c.Key).Scan(&exists); err != nil {
 			return nil, nil, true, wrap(ctx, "claim: select", err)
-		case r != nil && s.judge(r, c) == reportIt:
-			rec, err = r.record()
-			return nil, rec, true, err
 		}
-		return nil, nil, false, nil
-	case !locked.Bool:
-		// A twin holds the lock: wait for it, then start again with a snapshot that sees
-		// its outcome.
-		if _, err := s.setLockWait(ctx, tx, wait); err != nil {
-			return nil, nil, true, wrap(ctx, "claim: lock wait", err)
+		if exists {
+			if r, err = s.read(ctx, tx, c.Scope, c.Key, false, time.Time{}); err != nil {
+				return nil, nil, true, wrap(ctx, "claim: select", err)
+			}
 		}
-		if err := tx.WithContext(ctx).Exec("SELECT pg_advisory_xact_lock(?)", hash).Error; err != nil {
-			return nil, nil, true, wrap(ctx, "claim: wait for a twin", err)
-		}
-		return nil, nil, true, errRetry
 	}
-	r, err := s.read(ctx, tx, c.Scope, c.Key, false, time.Time{})
 	switch {
-	case err != nil:
-		return nil, nil, true, wrap(ctx, "claim: select", err)
-	case r != nil: // committed just before the lock was granted: read it again, locked
-		return nil, nil, true, errRetry
+	case r != nil && s.judge(r, c) == reportIt:
+		rec, err = r.record()
+		return nil, rec, true, err
+	case r != nil || !locked:
+		return nil, nil, false, nil
 	}
 	l := &lock{
 		s: s, mode: c.Mode, scope: c.Scope, key: c.Key, lease: c.Lease, timeout: c.Timeout,
 		initial: storage.RecoveryStarted, point: storage.RecoveryStarted,
-		pending: true, fingerprint: c.Fingerprint, method: c.Method, path: c.Path,
-		tx: tx, held: &holder{tx: tx, base: s.db},
+		pending: true, fingerprint: c.Fingerprint, method: c.Method, path: c.Path, tx: tx,
 	}
+	l.own = holder{tx: tx, base: s.db}
+	l.held = &l.own
 	return l, nil, true, nil
+}
+
+// claimRow runs claimSQL: the row that holds the key (nil if none) and whether the key's
+// advisory lock is now this transaction's.
+func (s *Store) claimRow(db *gorm.DB, c storage.Claim, hash, lockTimeoutMS int64) (*row, bool, error) {
+	rc := s.iso == sql.LevelReadCommitted
+	h := any(hash) // boxed once, sent twice
+	rows, err := db.Raw(s.claimSQL, rc, c.Scope, c.Key, rc, h, lockTimeoutMS, h).Rows()
+	if err != nil {
+		return nil, false, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return nil, true, rows.Err() // the lock was free
+	}
+	var (
+		found  bool
+		locked sql.NullBool
+	)
+	r := row{scope: c.Scope, key: c.Key}
+	if err := rows.Scan(&found, &r.hash, &r.method, &r.path, &r.state, &r.point,
+		timeScanner{t: &r.lockedUntil}, &r.code, &r.headers, &r.body,
+		timeScanner{t: &r.createdAt}, timeScanner{t: &r.completedAt}, timeScanner{t: &r.now}, &locked); err != nil {
+		return nil, false, err
+	}
+	if err := rows.Close(); err != nil {
+		return nil, false, err
+	}
+	if !found {
+		return nil, locked.Valid, nil
+	}
+	return &r, false, nil
 }
 
 // lockHash is the advisory lock key of (scope, key) in the store's table: 64 bits of

@@ -51,13 +51,15 @@
 // # PostgreSQL
 //
 // At READ COMMITTED (the server's default level, or WithIsolation(sql.LevelReadCommitted))
-// the atomic claim writes nothing: one statement takes the key's transaction-scoped
-// advisory lock (pg_try_advisory_xact_lock on a 64-bit hash of table, scope and key, the
-// number pgxstore uses) unless a row holds the key or the transaction is at another
-// level, and a lookup follows; Complete INSERTs the completed row with the response just
-// before COMMIT, the request's one write to the key table. A twin in flight holds the
-// lock: a twin waits for it (pg_advisory_xact_lock under lock_timeout; expiry 409), rolls
-// back and claims again, and replays. A row that holds the key is reported from a plain
+// the atomic claim writes nothing: one statement reads the key's row and, unless a row
+// holds the key or the transaction is at another level, takes the key's
+// transaction-scoped advisory lock (pg_try_advisory_xact_lock on a 64-bit hash of table,
+// scope and key, the number pgxstore uses); holding it, a lookup looks again, since that
+// statement's snapshot predates the lock. Complete INSERTs the completed row with the
+// response just before COMMIT, the request's one write to the key table. A twin in
+// flight holds the lock: a twin waits for it inside the same statement
+// (pg_advisory_xact_lock under a lock_timeout set for the wait only; expiry 409), then
+// looks again and replays. A row that holds the key is reported from the claim statement's
 // read (a replay writes nothing), or replaced or taken over as below. The primary key is
 // the final arbiter: where advisory locks do not lock (some distributed engines accept
 // the call and do nothing), a twin runs its handler too and its INSERT fails on the key:

@@ -33,6 +33,7 @@ type lock struct {
 	fingerprint  []byte
 	method, path string
 	held         *holder // what Context hands the handler; phased: opened on first use
+	own          holder  // held, when the claim made it with the lock (one allocation)
 	ended        bool
 	inPhase      bool
 	timeout      time.Duration // bounds Complete's statement (storage.Claim.Timeout)

@@ -35,9 +35,10 @@ func WithIsolation(level sql.IsolationLevel) Option {
 // phased claims always do: a completed key is then replayed with that one statement, and
 // only an unknown key opens a transaction (on SQLite, only those take the write lock). It
 // costs every first request one more statement, so it pays off where most requests are
-// retries. Default: off on PostgreSQL and MySQL/MariaDB (an atomic replay costs BEGIN,
-// the lock wait setting, the claim, a SELECT … FOR UPDATE, its restore and ROLLBACK); on
-// SQLite always on, since there every claim transaction queues for the one write lock.
+// retries. Default: off on PostgreSQL (at READ COMMITTED an atomic replay costs BEGIN, the
+// claim statement and ROLLBACK) and MySQL/MariaDB (BEGIN, the lock wait setting, the
+// claim, a SELECT … FOR UPDATE, its restore and ROLLBACK); on SQLite always on, since
+// there every claim transaction queues for the one write lock.
 func WithLookupFirst() Option {
 	return func(s *Store) { s.lookupFirst = true }
 }

@@ -1,13 +1,18 @@
 package gormstore_test
 
 import (
+	"context"
 	"database/sql"
 	"net/url"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"gorm.io/driver/postgres"
+	"gorm.io/gorm/logger"
 
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
@@ -107,4 +112,70 @@ func TestAtomicTwinRecordedFirst(t *testing.T) {
 	rec := mustRecord(t, s, c)
 	assert.Equal(t, storage.StateCompleted, rec.State)
 	assert.Equal(t, created.Body, rec.Response.Body)
+}
+
+// TestAtomicTwinWaitsInTheClaimStatement: on PostgreSQL at READ COMMITTED a twin of a
+// request in flight waits for the key's advisory lock inside its one claim statement,
+// bounded by the lock wait. When the holder rolls back, the twin gets the key in the same
+// transaction (no second claim), and its handler runs with the connection's own
+// lock_timeout, which the claim statement set only for the wait.
+func TestAtomicTwinWaitsInTheClaimStatement(t *testing.T) {
+	t.Parallel()
+	log := &claimLog{}
+	db := openPostgres(t)
+	db.Logger = log
+	s := migrated(t, db)
+	before := lockSetting(t, db, "postgres")
+
+	c := claimFor("k", "a", storage.ModeAtomic)
+	holder := mustLock(t, s, c)
+	var pid int32
+	require.NoError(t, gormstore.DB(holder.Context(t.Context())).Raw("SELECT pg_backend_pid()").Scan(&pid).Error)
+	twin := make(chan storage.Lock, 1)
+	go func() {
+		retry := c
+		retry.LockWait = 10 * time.Second
+		l, _, err := s.Claim(t.Context(), retry)
+		assert.NoError(t, err, "the twin's claim")
+		twin <- l
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, testdb.AwaitBlockedBy(ctx, pid, 1), "the twin waits for the holder")
+	require.NoError(t, holder.Release(t.Context()))
+
+	l := <-twin
+	require.NotNil(t, l, "the twin of a released claim gets the key")
+	assert.Equal(t, before, lockSetting(t, gormstore.DB(l.Context(t.Context())), "postgres"),
+		"the twin's handler runs with the connection's own lock_timeout")
+	require.NoError(t, l.Complete(t.Context(), created))
+	assert.Equal(t, 2, log.claims(), "one claim statement each: the twin did not claim again")
+	rec := mustRecord(t, s, c)
+	assert.Equal(t, storage.StateCompleted, rec.State)
+}
+
+// claimLog is a GORM logger that counts the store's claim statements (those that take
+// the key's advisory lock).
+type claimLog struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (l *claimLog) LogMode(logger.LogLevel) logger.Interface { return l }
+func (l *claimLog) Info(context.Context, string, ...any)     {}
+func (l *claimLog) Warn(context.Context, string, ...any)     {}
+func (l *claimLog) Error(context.Context, string, ...any)    {}
+
+func (l *claimLog) Trace(_ context.Context, _ time.Time, fc func() (string, int64), _ error) {
+	if sql, _ := fc(); strings.Contains(sql, "pg_try_advisory_xact_lock") {
+		l.mu.Lock()
+		l.n++
+		l.mu.Unlock()
+	}
+}
+
+func (l *claimLog) claims() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n
 }

@@ -21,9 +21,9 @@ type Store struct {
 	table   string // as configured, for GORM's Table
 	quoted  string // quoted for raw SQL
 	// PostgreSQL's atomic claim and completion (claimLocked).
-	tryLockSQL, recordSQL string
-	retention             time.Duration
-	iso                   sql.IsolationLevel
+	claimSQL, existsSQL, recordSQL string
+	retention                      time.Duration
+	iso                            sql.IsolationLevel
 
 	lookupFirst bool
 	rowFirst    bool // WithClaimRowFirst
@@ -67,12 +67,10 @@ func New(db *gorm.DB, opts ...Option) *Store {
 	var b strings.Builder
 	s.db.Dialector.QuoteTo(&b, s.table)
 	s.quoted = b.String()
-	// tryLock: NULL when a row holds the key or the transaction is not at READ COMMITTED
-	// (the server's default isolation may be another: the lock serialises twins only at
-	// READ COMMITTED), else whether the key's advisory lock was free (and is now this
-	// transaction's).
-	s.tryLockSQL = "SELECT CASE WHEN current_setting('transaction_isolation') <> 'read committed' OR EXISTS (SELECT 1 FROM " + s.quoted +
-		" WHERE scope = ? AND idem_key = ?) THEN NULL ELSE pg_try_advisory_xact_lock(?) END"
+	// claimSQL: the key's row, if one holds it, and the advisory lock taken only when none
+	// does (claimLocked).
+	s.claimSQL = claimSQL(s.quoted)
+	s.existsSQL = "SELECT EXISTS (SELECT 1 FROM " + s.quoted + " WHERE scope = $1 AND idem_key = $2)"
 	s.recordSQL = "INSERT INTO " + s.quoted + " (scope, idem_key, request_hash, method, path, state, recovery_point, " +
 		"response_code, response_headers, response_body, created_at, completed_at) " +
 		"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now(), statement_timestamp())"
