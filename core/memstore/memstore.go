@@ -52,7 +52,8 @@ type record struct {
 	rec storage.Record
 
 	// owner is the fencing token: a claim or takeover makes a new lock and puts it here,
-	// and a lock may change the record only while it is the owner.
+	// and a lock may change the record only while it is the owner. A record that leaves
+	// its shard's map (deleted, or replaced by a claim past retention) has no owner.
 	owner *lock
 
 	// The completed response: Complete fills resp's status and body and keeps its header
@@ -93,32 +94,27 @@ type header struct {
 // set makes hd a copy of h: of its maps and slices, not of the strings, which are
 // immutable.
 func (hd *header) set(h http.Header) {
-	if !hd.fits(h) {
-		hd.clone = h.Clone()
-		return
+	if !hd.flatten(h) {
+		*hd = header{clone: h.Clone()}
+	}
+}
+
+// flatten copies h into names and vals, or reports false when it does not fit.
+func (hd *header) flatten(h http.Header) bool {
+	if len(h) == 0 || len(h) > len(hd.names) {
+		return false
 	}
 	v := 0
 	for k, vs := range h {
+		if len(vs) == 0 || v+len(vs) > len(hd.vals) {
+			return false
+		}
 		hd.names[hd.n] = k
 		v += copy(hd.vals[v:], vs)
 		hd.ends[hd.n] = uint8(v)
 		hd.n++
 	}
-}
-
-// fits reports whether h can be kept flat.
-func (hd *header) fits(h http.Header) bool {
-	if len(h) == 0 || len(h) > len(hd.names) {
-		return false
-	}
-	v := 0
-	for _, vs := range h {
-		if len(vs) == 0 {
-			return false
-		}
-		v += len(vs)
-	}
-	return v <= len(hd.vals)
+	return true
 }
 
 // build returns the header as a map. Each value slice is capped, so that a reader's
@@ -256,6 +252,9 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 	r := sh.keys[k]
 	switch {
 	case r == nil || r.absent(now, c.Retention):
+		if r != nil {
+			r.owner = nil // fences out a lock of the key it replaces
+		}
 		n := new(fresh)
 		n.r.rec = storage.Record{Scope: c.Scope, Key: c.Key, Fingerprint: n.r.keep(c.Fingerprint), Method: c.Method, Path: c.Path,
 			State: storage.StateStarted, RecoveryPoint: storage.RecoveryStarted, CreatedAt: now}
@@ -315,6 +314,7 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) 
 		// Between the two locks the key may have been replaced or claimed again.
 		if c.sh.keys[c.k] == c.r && !c.r.live(now) {
 			delete(c.sh.keys, c.k)
+			c.r.owner = nil
 			deleted++
 		}
 		c.sh.mu.Unlock()
@@ -333,11 +333,9 @@ type lock struct {
 	ended        bool // the lock's own, used by its one goroutine
 }
 
-// held reports whether l still owns its key: the record is still the key's and no
-// takeover replaced l. The caller holds the shard's mutex.
-func (l *lock) held() bool {
-	return l.sh.keys[id{l.r.rec.Scope, l.r.rec.Key}] == l.r && l.r.owner == l
-}
+// held reports whether l still owns its key: no takeover replaced l, and the record is
+// still in its shard's map. The caller holds the shard's mutex.
+func (l *lock) held() bool { return l.r.owner == l }
 
 // Context returns ctx unchanged: the store has no transaction to share.
 func (l *lock) Context(ctx context.Context) context.Context { return ctx }
@@ -414,6 +412,7 @@ func (l *lock) Release(ctx context.Context) error {
 	}
 	if l.r.rec.RecoveryPoint == storage.RecoveryStarted {
 		delete(l.sh.keys, id{l.r.rec.Scope, l.r.rec.Key})
+		l.r.owner = nil
 	} else {
 		l.r.rec.LockedUntil = l.s.now()
 	}
