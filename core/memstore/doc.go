@@ -30,7 +30,7 @@
 // since most keys are never replayed.
 //
 // A replay returns the store's own *storage.Record, the same one to every replay of the
-// key: the first replay of a key allocates its header map, later ones nothing. Records returned by Claim are shared with the store and
-// with other callers: do not mutate them, their Fingerprint, Response, Response.Header or
-// Response.Body.
+// key: the first replay of a key allocates its header map, later ones nothing. Records
+// returned by Claim are shared with the store and with other callers: do not mutate
+// them, their Fingerprint, Response, Response.Header or Response.Body.
 package memstore

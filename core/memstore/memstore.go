@@ -230,8 +230,9 @@ func (s *Store) Len() int {
 //
 // A replaying claim (the key is completed) returns the store's own *storage.Record, the
 // same one to every replay of the key: callers must not mutate it. The first replay of a
-// key builds its response's header map (two allocations); later ones allocate nothing. A started key is reported as a fresh snapshot whose Fingerprint is shared
-// with the store.
+// key builds its response's header map (two allocations); later ones allocate nothing.
+// A started key is reported as a fresh snapshot whose Fingerprint is shared with the
+// store.
 func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
 	if c.Mode != storage.ModePhased {
 		return nil, nil, fmt.Errorf("memstore: mode %d (%s): %w: memstore has no transaction to share, use ModePhased",
