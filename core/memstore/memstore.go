@@ -43,95 +43,122 @@ type shard struct {
 // id names a key: the same key in two scopes is two keys.
 type id struct{ scope, key string }
 
-// record is one stored key. A started key has an owner, the lock holding (or last
-// holding) its lease; a completed key has done and no owner. All fields but done's
-// contents (completion) are guarded by the shard's mutex; done and what it points to are
-// never changed once set.
+// record is one stored key. rec is the key as a claim reports it: while it is started,
+// the store's working copy (a claim that finds it gets a snapshot); once rec.State is
+// completed, the record every replay gets. All fields are guarded by the shard's mutex,
+// except that a completed key's rec and what it points to are never changed once a
+// replay has been handed rec.
 type record struct {
-	fingerprint  []byte
-	method, path string
-	created      time.Time
+	rec storage.Record
 
 	// owner is the fencing token: a claim or takeover makes a new lock and puts it here,
-	// and a lock may change the record only while it is the owner.
-	owner       *lock
-	point       string
-	lockedUntil time.Time
+	// and a lock may change the record only while it is the owner. A record that leaves
+	// its shard's map (deleted, or replaced by a claim past retention) has no owner.
+	owner *lock
 
-	// done is the completed key as every replay gets it: shared, so never mutated. It
-	// points into completion, which Complete fills once, under the mutex, before setting
-	// done; the record holds it inline so that completing allocates no struct.
-	done       *storage.Record
-	completion completed
+	// The completed response: Complete fills resp's status and body and keeps its header
+	// in hdr; the first replay builds resp.Header from hdr and points rec.Response at
+	// resp (most keys are never replayed, and a header map costs two allocations and
+	// ~400 bytes a key).
+	resp storage.Response
+	hdr  header
+
+	fp [32]byte // room for a SHA-256 fingerprint
 }
 
-// fresh is a new key in one allocation: its record (with room for its completion), the
-// lock of its first claim and room for a SHA-256 fingerprint.
+// fresh is a new key in one allocation: its record and the lock of its first claim.
 type fresh struct {
-	r  record
-	l  lock
-	fp [32]byte
+	r record
+	l lock
 }
 
-// keep copies fp as bytes.Clone does (nil stays nil), into n.fp when it fits.
-func (n *fresh) keep(fp []byte) []byte {
+// keep copies fp as bytes.Clone does (nil stays nil), into r.fp when it fits.
+func (r *record) keep(fp []byte) []byte {
 	if fp == nil {
 		return nil
 	}
-	return append(n.fp[:0:len(n.fp)], fp...)
+	return append(r.fp[:0:len(r.fp)], fp...)
 }
 
-// completed is a completed key's Record with its Response and room for the values of a
-// few replay headers.
-type completed struct {
-	rec  storage.Record
-	resp storage.Response
-	vals [4]string
+// header is a copy of a completed response's header, flat when it is small: up to
+// len(names) names with one value or more each and up to len(vals) values in all; any
+// other header (nil and empty ones too) is kept as a clone.
+type header struct {
+	names [4]string
+	vals  [4]string
+	ends  [4]uint8 // names[i]'s values are vals[ends[i-1]:ends[i]] (from 0 for i = 0)
+	n     uint8    // names used; 0 when the header is in clone
+	clone http.Header
 }
 
-// cloneHeader copies h as http.Header.Clone does, carving the values from d.vals when
-// they fit.
-func (d *completed) cloneHeader(h http.Header) http.Header {
-	if h == nil {
-		return nil
+// set makes hd a copy of h: of its maps and slices, not of the strings, which are
+// immutable.
+func (hd *header) set(h http.Header) {
+	if !hd.flatten(h) {
+		*hd = header{clone: h.Clone()}
 	}
-	n := 0
-	for _, vs := range h {
-		n += len(vs)
+}
+
+// flatten copies h into names and vals, or reports false when it does not fit.
+func (hd *header) flatten(h http.Header) bool {
+	if len(h) == 0 || len(h) > len(hd.names) {
+		return false
 	}
-	sv := d.vals[:]
-	if n > len(sv) {
-		sv = make([]string, n)
-	}
-	hc := make(http.Header, len(h))
+	v := 0
 	for k, vs := range h {
-		if vs == nil {
-			hc[k] = nil
-			continue
+		if len(vs) == 0 || v+len(vs) > len(hd.vals) {
+			return false
 		}
-		m := copy(sv, vs)
-		hc[k] = sv[:m:m] // capped: an append by a reader cannot reach the next value
-		sv = sv[m:]
+		hd.names[hd.n] = k
+		v += copy(hd.vals[v:], vs)
+		hd.ends[hd.n] = uint8(v)
+		hd.n++
 	}
-	return hc
+	return true
 }
+
+// build returns the header as a map. Each value slice is capped, so that a reader's
+// append cannot reach the next name's values.
+func (hd *header) build() http.Header {
+	if hd.n == 0 {
+		return hd.clone
+	}
+	h := make(http.Header, hd.n)
+	var from uint8
+	for i, end := range hd.ends[:hd.n] {
+		h[hd.names[i]] = hd.vals[from:end:end]
+		from = end
+	}
+	return h
+}
+
+// replay returns the completed key's record, building its response's header map for
+// the first replay. The caller holds the shard's mutex.
+func (r *record) replay() *storage.Record {
+	if r.rec.Response == nil {
+		r.resp.Header = r.hdr.build()
+		r.rec.Response = &r.resp
+	}
+	return &r.rec
+}
+
+// completed reports whether r's key has a recorded response.
+func (r *record) completed() bool { return r.rec.State == storage.StateCompleted }
 
 // live reports whether r is a started key whose lease has not run out at now.
-func (r *record) live(now time.Time) bool { return r.done == nil && now.Before(r.lockedUntil) }
+func (r *record) live(now time.Time) bool { return !r.completed() && now.Before(r.rec.LockedUntil) }
 
 // absent reports whether r counts as absent at now for a claim with the given retention:
 // created longer ago than retention and not held by a live lease. A retention of zero or
 // less never expires a key.
 func (r *record) absent(now time.Time, retention time.Duration) bool {
-	return retention > 0 && now.Sub(r.created) > retention && !r.live(now)
+	return retention > 0 && now.Sub(r.rec.CreatedAt) > retention && !r.live(now)
 }
 
-// started returns a snapshot of the started key k. The caller holds the shard's mutex.
-func (r *record) started(k id) *storage.Record {
-	return &storage.Record{
-		Scope: k.scope, Key: k.key, Fingerprint: r.fingerprint, Method: r.method, Path: r.path,
-		State: storage.StateStarted, RecoveryPoint: r.point, LockedUntil: r.lockedUntil, CreatedAt: r.created,
-	}
+// started returns a snapshot of the started key. The caller holds the shard's mutex.
+func (r *record) started() *storage.Record {
+	snap := r.rec
+	return &snap
 }
 
 // Option configures a Store.
@@ -202,9 +229,10 @@ func (s *Store) Len() int {
 // wrapping storage.ErrUnsupportedMode.
 //
 // A replaying claim (the key is completed) returns the store's own *storage.Record, the
-// same one to every replay of the key, so a replay allocates nothing: callers must not
-// mutate it. A started key is reported as a fresh snapshot whose Fingerprint is shared
-// with the store.
+// same one to every replay of the key: callers must not mutate it. The first replay of a
+// key builds its response's header map (two allocations); later ones allocate nothing.
+// A started key is reported as a fresh snapshot whose Fingerprint is shared with the
+// store.
 func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
 	if c.Mode != storage.ModePhased {
 		return nil, nil, fmt.Errorf("memstore: mode %d (%s): %w: memstore has no transaction to share, use ModePhased",
@@ -225,26 +253,29 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 	r := sh.keys[k]
 	switch {
 	case r == nil || r.absent(now, c.Retention):
+		if r != nil {
+			r.owner = nil // fences out a lock of the key it replaces
+		}
 		n := new(fresh)
-		n.r = record{fingerprint: n.keep(c.Fingerprint), method: c.Method, path: c.Path,
-			created: now, point: storage.RecoveryStarted}
+		n.r.rec = storage.Record{Scope: c.Scope, Key: c.Key, Fingerprint: n.r.keep(c.Fingerprint), Method: c.Method, Path: c.Path,
+			State: storage.StateStarted, RecoveryPoint: storage.RecoveryStarted, CreatedAt: now}
 		sh.keys[k] = &n.r
-		return s.take(&n.l, sh, k, &n.r, now, lease, false), nil, nil
-	case r.done != nil:
-		return nil, r.done, nil
-	case r.live(now) || !bytes.Equal(r.fingerprint, c.Fingerprint):
-		return nil, r.started(k), nil
+		return s.take(&n.l, sh, &n.r, now, lease, false), nil, nil
+	case r.completed():
+		return nil, r.replay(), nil
+	case r.live(now) || !bytes.Equal(r.rec.Fingerprint, c.Fingerprint):
+		return nil, r.started(), nil
 	default: // an expired lease, the same request: take over, which fences the old lock out
-		return s.take(new(lock), sh, k, r, now, lease, true), nil, nil
+		return s.take(new(lock), sh, r, now, lease, true), nil, nil
 	}
 }
 
 // take makes l, a new lock, the owner of r with a fresh lease. The caller holds sh's
 // mutex.
-func (s *Store) take(l *lock, sh *shard, k id, r *record, now time.Time, lease time.Duration, takenOver bool) *lock {
-	*l = lock{s: s, sh: sh, k: k, r: r, lease: lease, claimedPoint: r.point, takenOver: takenOver}
+func (s *Store) take(l *lock, sh *shard, r *record, now time.Time, lease time.Duration, takenOver bool) *lock {
+	*l = lock{s: s, sh: sh, r: r, lease: lease, claimedPoint: r.rec.RecoveryPoint, takenOver: takenOver}
 	r.owner = l
-	r.lockedUntil = now.Add(lease)
+	r.rec.LockedUntil = now.Add(lease)
 	return l
 }
 
@@ -270,8 +301,8 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) 
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, r := range sh.keys {
-			if r.created.Before(before) && !r.live(now) {
-				found = append(found, candidate{sh, k, r, r.created})
+			if r.rec.CreatedAt.Before(before) && !r.live(now) {
+				found = append(found, candidate{sh, k, r, r.rec.CreatedAt})
 			}
 		}
 		sh.mu.Unlock()
@@ -284,6 +315,7 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) 
 		// Between the two locks the key may have been replaced or claimed again.
 		if c.sh.keys[c.k] == c.r && !c.r.live(now) {
 			delete(c.sh.keys, c.k)
+			c.r.owner = nil
 			deleted++
 		}
 		c.sh.mu.Unlock()
@@ -295,7 +327,6 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) 
 type lock struct {
 	s            *Store
 	sh           *shard
-	k            id
 	r            *record
 	lease        time.Duration
 	claimedPoint string // the recovery point when the lock was obtained
@@ -303,9 +334,9 @@ type lock struct {
 	ended        bool // the lock's own, used by its one goroutine
 }
 
-// held reports whether l still owns its key: the record is still the key's and no
-// takeover replaced l. The caller holds the shard's mutex.
-func (l *lock) held() bool { return l.sh.keys[l.k] == l.r && l.r.owner == l }
+// held reports whether l still owns its key: no takeover replaced l, and the record is
+// still in its shard's map. The caller holds the shard's mutex.
+func (l *lock) held() bool { return l.r.owner == l }
 
 // Context returns ctx unchanged: the store has no transaction to share.
 func (l *lock) Context(ctx context.Context) context.Context { return ctx }
@@ -339,13 +370,13 @@ func (l *lock) Phase(ctx context.Context, point string, fn func(ctx context.Cont
 	if !l.held() {
 		return fmt.Errorf("memstore: phase %q ran but was not recorded: %w", point, storage.ErrLeaseLost)
 	}
-	l.r.point = point
-	l.r.lockedUntil = l.s.now().Add(l.lease)
+	l.r.rec.RecoveryPoint = point
+	l.r.rec.LockedUntil = l.s.now().Add(l.lease)
 	return nil
 }
 
 // Complete records a copy of r as the key's response and ends the lock; r's header and
-// body are not kept.
+// body are not kept (the header's value strings are, being immutable).
 func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	if l.ended {
 		return errLockEnded
@@ -360,15 +391,10 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 		return fmt.Errorf("memstore: complete: %w", storage.ErrLeaseLost)
 	}
 	rec := l.r
-	d := &rec.completion // written once: done is nil until the end of this block
-	d.resp = storage.Response{Status: r.Status, Header: d.cloneHeader(r.Header), Body: body}
-	d.rec = storage.Record{
-		Scope: l.k.scope, Key: l.k.key, Fingerprint: rec.fingerprint, Method: rec.method, Path: rec.path,
-		State: storage.StateCompleted, RecoveryPoint: rec.point, Response: &d.resp,
-		CreatedAt: rec.created, CompletedAt: l.s.now(),
-	}
-	rec.done = &d.rec
-	rec.owner, rec.lockedUntil = nil, time.Time{}
+	rec.resp = storage.Response{Status: r.Status, Body: body}
+	rec.hdr.set(r.Header)
+	rec.rec.State, rec.rec.LockedUntil, rec.rec.CompletedAt = storage.StateCompleted, time.Time{}, l.s.now()
+	rec.owner = nil
 	l.ended = true
 	return nil
 }
@@ -385,10 +411,11 @@ func (l *lock) Release(ctx context.Context) error {
 	if !l.held() {
 		return fmt.Errorf("memstore: release: %w", storage.ErrLeaseLost)
 	}
-	if l.r.point == storage.RecoveryStarted {
-		delete(l.sh.keys, l.k)
+	if l.r.rec.RecoveryPoint == storage.RecoveryStarted {
+		delete(l.sh.keys, id{l.r.rec.Scope, l.r.rec.Key})
+		l.r.owner = nil
 	} else {
-		l.r.lockedUntil = l.s.now()
+		l.r.rec.LockedUntil = l.s.now()
 	}
 	l.ended = true
 	return nil
