@@ -25,12 +25,22 @@ func cleanup(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // bounded returns ctx with the claim's timeout (storage.Claim.Timeout; cleanupTimeout when
 // it set none) for a completion: the engine hands Complete a context that is never
-// cancelled, and a paused database must still cost a bounded wait.
+// cancelled, and a paused database must still cost a bounded wait. A ctx whose deadline
+// comes sooner is returned as it is: a deadline context costs pgx work on every statement.
 func bounded(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
 	if timeout <= 0 {
 		timeout = cleanupTimeout
 	}
+	if deadlineWithin(ctx, timeout) {
+		return ctx, func() {}
+	}
 	return context.WithTimeout(ctx, timeout)
+}
+
+// deadlineWithin reports whether ctx has a deadline at most d from now.
+func deadlineWithin(ctx context.Context, d time.Duration) bool {
+	deadline, ok := ctx.Deadline()
+	return ok && time.Until(deadline) <= d
 }
 
 // completeArgs are the completion statement's arguments. r is encoded before it returns,
@@ -61,6 +71,13 @@ type atomicLock struct {
 	release func()
 	ended   bool
 	timeout time.Duration // bounds Complete (storage.Claim.Timeout)
+	// Allocated with the lock: the claim's scope and key boxed once for its statements
+	// and the completion's, the row the claim read, the batch of each round trip, and
+	// the slot.
+	scopeArg, keyArg any
+	row              claimRow
+	batch            batch
+	own              slot
 }
 
 var _ storage.Lock = (*atomicLock)(nil)
@@ -115,21 +132,23 @@ func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
 	l.slot.take()
 	ctx, cancel := bounded(ctx, l.timeout)
 	defer cancel()
-	var sql string
-	var args []any
+	b := l.batch.reset(false, l.s.iso)
 	if l.pending {
-		sql, args = l.s.q.record, []any{l.scope, l.key, l.fingerprint, l.method, l.path, l.point,
-			int32(r.Status), storage.EncodeHeader(r.Header), r.Body}
+		var point any = storage.RecoveryStarted // a constant: boxed without allocating
+		if l.point != storage.RecoveryStarted {
+			point = l.point
+		}
+		l.batch.queue(l.s.q.record, l.scopeArg, l.keyArg, l.fingerprint, l.method, l.path, point,
+			int32(r.Status), storage.EncodeHeader(r.Header), r.Body)
 	} else {
-		sql, args = l.s.q.complete, completeArgs(l.scope, l.key, l.tok, r)
+		l.batch.queue(l.s.q.complete, completeArgs(l.scope, l.key, l.tok, r)...)
 	}
 	if l.conn == nil {
-		return l.completeTx(ctx, sql, args)
+		q := b.QueuedQueries[0]
+		return l.completeTx(ctx, q.SQL, q.Arguments)
 	}
 	defer l.release()
-	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
-	b.Queue(sql, args...)
-	b.Queue("commit")
+	l.batch.queue("commit")
 	br := l.conn.SendBatch(ctx, b)
 	ct, err := br.Exec()
 	var commit pgconn.CommandTag

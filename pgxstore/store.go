@@ -236,7 +236,7 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) 
 // A zero c.LockWait waits 2s, a zero c.Lease is 60s and a zero c.Retention keeps keys
 // for ever; the engine sets all three.
 func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
-	if c.Timeout > 0 { // pgx transactions outlive the context they began with
+	if c.Timeout > 0 && !deadlineWithin(ctx, c.Timeout) { // pgx transactions outlive the context they began with
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
 		defer cancel()
