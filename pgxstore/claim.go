@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/idemkit/idem/core/storage"
@@ -16,8 +15,8 @@ import (
 // claimRow is one row of the claim (or lookup) statement: either the key this statement
 // inserted (claimed) or the row that holds it.
 type claimRow struct {
-	claimed     bool
-	hash        []byte
+	claimed bool
+	hash    []byte
 	// The nullable columns scan into pgtype values: a pgx scan into a pointer to a
 	// pointer allocates a plan for every row.
 	method      pgtype.Text
@@ -257,17 +256,17 @@ func (s *Store) claimRowFirst(ctx context.Context, c storage.Claim, wait time.Du
 	args := claimArgs(c, tok, wait)[:8]
 	l := &atomicLock{s: s, scope: c.Scope, key: c.Key, tok: tok, timeout: c.Timeout}
 	var row claimRow
-	conn, release, fast, err := s.dedicated(ctx, wait)
+	conn, fast, err := s.dedicated(ctx, wait)
 	switch {
 	case err != nil:
 		return nil, nil, classify(ctx, "claim", err, true)
 	case fast:
 		// BEGIN and the claim in one round trip.
-		l.conn, l.release = conn, release
+		l.held = conn
 		b := &pgx.Batch{}
 		b.BeginTx(pgx.TxOptions{IsoLevel: s.iso})
 		b.Queue(s.q.insert, args...)
-		br := conn.SendBatch(ctx, b)
+		br := l.conn.SendBatch(ctx, b)
 		l.tx = br.Tx()
 		if _, err = br.Exec(); err == nil {
 			err = br.QueryRow().Scan(&row.claimed)
@@ -344,18 +343,17 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 		fingerprint: c.Fingerprint, method: c.Method, path: c.Path}
 	// The arguments, each boxed once for the statements (and the completion) that share
 	// them.
-	var ms, hash, retention any = strconv.FormatInt(max(wait.Milliseconds(), 1), 10),
-		s.lockHash(c.Scope, c.Key), c.Retention.Microseconds()
+	var ms, hash, retention any = s.lockTimeout(wait), s.lockHash(c.Scope, c.Key), s.retentionMicros(c.Retention)
 	l.scopeArg, l.keyArg = c.Scope, c.Key
 	scope, key := l.scopeArg, l.keyArg
-	conn, release, fast, err := s.dedicated(ctx, wait)
+	conn, fast, err := s.dedicated(ctx, wait)
 	if err != nil {
 		return nil, nil, classify(ctx, "claim", err, true)
 	}
 	row := &l.row
 	b := l.batch.reset(fast, s.iso)
 	if fast {
-		l.conn, l.release = conn, release
+		l.held = conn
 	} else if l.tx, err = s.begin(ctx, wait); err != nil {
 		return nil, nil, classify(ctx, "claim", err, true)
 	}
@@ -363,7 +361,7 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 	l.batch.queue(s.q.lookup, scope, key, retention)
 	var br pgx.BatchResults
 	if fast {
-		br = conn.SendBatch(ctx, b)
+		br = l.conn.SendBatch(ctx, b)
 		l.tx = br.Tx()
 		_, err = br.Exec()
 	} else {

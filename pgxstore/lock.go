@@ -64,11 +64,9 @@ type atomicLock struct {
 	takenOver    bool
 	tx           pgx.Tx // the claim's transaction
 	slot         *slot  // hands tx to the handler
-	// conn is the connection tx runs on when the store has one to itself (a pool or a
+	// held is the connection tx runs on when the store has one to itself (a pool or a
 	// *pgx.Conn): Complete then sends the completion and COMMIT in one round trip.
-	// release gives it back.
-	conn    *pgx.Conn
-	release func()
+	held
 	ended   bool
 	timeout time.Duration // bounds Complete (storage.Claim.Timeout)
 	// Allocated with the lock: the claim's scope and key boxed once for its statements
@@ -147,7 +145,7 @@ func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
 		q := b.QueuedQueries[0]
 		return l.completeTx(ctx, q.SQL, q.Arguments)
 	}
-	defer l.release()
+	defer l.giveBack()
 	l.batch.queue("commit")
 	br := l.conn.SendBatch(ctx, b)
 	ct, err := br.Exec()
@@ -222,9 +220,7 @@ func (l *atomicLock) Release(ctx context.Context) error {
 	cctx, cancel := cleanup(ctx)
 	defer cancel()
 	err := l.tx.Rollback(cctx)
-	if l.release != nil {
-		l.release()
-	}
+	l.giveBack()
 	if err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 		return fmt.Errorf("pgxstore: release: roll back: %w", err)
 	}
@@ -236,13 +232,16 @@ func (l *atomicLock) Release(ctx context.Context) error {
 func (l *atomicLock) abort(ctx context.Context) {
 	l.ended = true
 	if l.tx != nil {
-		cctx, cancel := cleanup(ctx)
+		// Within a claim ctx is live and bounded (by Claim.Timeout) as a rule: a rollback
+		// it cuts short closes the connection, which rolls back too.
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if ctx.Err() != nil || !deadlineWithin(ctx, cleanupTimeout) {
+			cctx, cancel = cleanup(ctx)
+		}
 		_ = l.tx.Rollback(cctx)
 		cancel()
 	}
-	if l.release != nil {
-		l.release()
-	}
+	l.giveBack()
 }
 
 // phasedLock holds a key whose claim committed with a lease and a fencing token. Phases
