@@ -28,13 +28,20 @@ func cleanup(ctx context.Context) (context.Context, context.CancelFunc) {
 // cancelled, and a paused database must still cost a bounded wait. A ctx whose deadline
 // comes sooner is returned as it is: a deadline context costs pgx work on every statement.
 func bounded(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	if timeout <= 0 {
-		timeout = cleanupTimeout
-	}
+	timeout = completeTimeout(timeout)
 	if deadlineWithin(ctx, timeout) {
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, timeout)
+}
+
+// completeTimeout is what bounds a completion: the claim's timeout, or cleanupTimeout
+// when it set none.
+func completeTimeout(timeout time.Duration) time.Duration {
+	if timeout <= 0 {
+		return cleanupTimeout
+	}
+	return timeout
 }
 
 // deadlineWithin reports whether ctx has a deadline at most d from now.
@@ -128,8 +135,6 @@ func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
 	}
 	l.ended = true
 	l.slot.take()
-	ctx, cancel := bounded(ctx, l.timeout)
-	defer cancel()
 	b := l.batch.reset(false, l.s.iso)
 	if l.pending {
 		var point any = storage.RecoveryStarted // a constant: boxed without allocating
@@ -142,11 +147,20 @@ func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
 		l.batch.queue(l.s.q.complete, completeArgs(l.scope, l.key, l.tok, r)...)
 	}
 	if l.conn == nil {
+		ctx, cancel := bounded(ctx, l.timeout)
+		defer cancel()
 		q := b.QueuedQueries[0]
 		return l.completeTx(ctx, q.SQL, q.Arguments)
 	}
 	defer l.giveBack()
 	l.batch.queue("commit")
+	// On the connection the lock holds, the connection's deadline bounds the round trip
+	// rather than a context's: the engine's context is never cancelled, so pgx has
+	// nothing to watch (a deadline context costs a timer, and pgx a context watch, ten
+	// allocations in all), and a paused database still costs no more than the timeout:
+	// the read fails and pgx closes the connection, which ends the transaction.
+	nc := l.conn.PgConn().Conn()
+	_ = nc.SetDeadline(time.Now().Add(completeTimeout(l.timeout)))
 	br := l.conn.SendBatch(ctx, b)
 	ct, err := br.Exec()
 	var commit pgconn.CommandTag
@@ -156,6 +170,7 @@ func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
+	_ = nc.SetDeadline(time.Time{})
 	if err == nil && commit.String() != "COMMIT" {
 		err = fmt.Errorf("commit answered %q", commit.String())
 	}
