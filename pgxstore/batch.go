@@ -36,7 +36,9 @@ func (b *batch) queue(sql string, args ...any) {
 	}
 	q := &b.qs[n]
 	start := b.used
-	b.used += copy(b.args[start:], args)
+	if b.used += copy(b.args[start:], args); b.used-start != len(args) {
+		panic("pgxstore: a batch holds at most nine arguments") // a programming error: grow args
+	}
 	*q = pgx.QueuedQuery{SQL: sql, Arguments: b.args[start:b.used:b.used]}
 	b.QueuedQueries = append(b.QueuedQueries, q)
 }
