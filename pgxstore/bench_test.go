@@ -206,6 +206,61 @@ VALUES ($1, $2, $3, $4, $5, 'completed', 'started', $6, $7, $8, now(), statement
 	}
 }
 
+// BenchmarkFloorMixed runs the variants of floorVariants interleaved: each of 16 clients
+// (on a pool of 16) creates one order in every way in turn, starting with a different one
+// each time, and times each. On a machine whose load changes from second to second (the
+// shared one these figures come from), BenchmarkFloor's variants, run one after another,
+// each meet a different load; here every variant meets the same. It reports each
+// variant's throughput relative to the floor (the floor's mean time per order divided by
+// the variant's) as a metric; allocations are per round of all the variants:
+//
+//	go test -run '^$' -bench BenchmarkFloorMixed -benchtime 4000x -count 5 ./pgxstore
+func BenchmarkFloorMixed(b *testing.B) {
+	db := benchPool(b)
+	envs := make([]*floorEnv, len(floorVariants))
+	for i, v := range floorVariants {
+		store, schema := benchTables(b, db, v.opts)
+		envs[i] = &floorEnv{db: db, store: store,
+			insertOrder: "INSERT INTO " + schema + ".orders (idem_key, amount) VALUES ($1, $2)",
+			insertKey: `INSERT INTO ` + schema + `.idempotency_keys (scope, idem_key, request_hash, method, path, state,
+	recovery_point, response_code, response_headers, response_body, created_at, completed_at)
+VALUES ($1, $2, $3, $4, $5, 'completed', 'started', $6, $7, $8, now(), statement_timestamp())`}
+	}
+	spent := make([]atomic.Int64, len(floorVariants)) // ns, summed over the clients
+	var seq, start atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(benchParallelism())
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		first := int(start.Add(1))
+		for pb.Next() {
+			first++
+			for j := range floorVariants {
+				i := (first + j) % len(floorVariants)
+				began := time.Now()
+				if err := floorVariants[i].op(ctx, envs[i], "k"+strconv.FormatInt(seq.Add(1), 10)); err != nil {
+					b.Error(err)
+					return
+				}
+				spent[i].Add(int64(time.Since(began)))
+			}
+		}
+	})
+	b.StopTimer()
+	var floor float64
+	for i, v := range floorVariants {
+		if v.name == "floor" {
+			floor = float64(spent[i].Load())
+		}
+	}
+	for i, v := range floorVariants {
+		if ns := float64(spent[i].Load()); ns > 0 && v.name != "floor" {
+			b.ReportMetric(floor/ns, v.name+"/floor")
+		}
+	}
+}
+
 // BenchmarkReplay claims a completed key over and over (the store answers with its
 // record), in parallel on a pool of 16; lookup-first reads it outside a transaction.
 func BenchmarkReplay(b *testing.B) {

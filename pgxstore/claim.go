@@ -5,38 +5,52 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/idemkit/idem/core/storage"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // claimRow is one row of the claim (or lookup) statement: either the key this statement
 // inserted (claimed) or the row that holds it.
 type claimRow struct {
-	claimed     bool
-	hash        []byte
-	method      *string
-	path        *string
-	state       *string
-	point       *string
-	lockedUntil *time.Time
-	code        *int32
+	claimed bool
+	hash    []byte
+	// The nullable columns scan into pgtype values: a pgx scan into a pointer to a
+	// pointer allocates a plan for every row.
+	method      pgtype.Text
+	path        pgtype.Text
+	state       pgtype.Text
+	point       pgtype.Text
+	lockedUntil pgtype.Timestamptz
+	code        pgtype.Int4
 	headers     []byte
 	body        []byte
 	createdAt   time.Time
-	completedAt *time.Time
+	completedAt pgtype.Timestamptz
 	live        bool // a started key whose lease has not run out
 	expired     bool // created longer ago than the claim's retention
 	// pending: no row holds the key and none was written; the claim holds the key's
 	// advisory lock and Complete inserts the row (not scanned).
 	pending bool
+	// locked is the try-lock's answer (NULL: a row held the key, so no lock was tried).
+	locked pgtype.Bool
+	into   [14]any // the scan destinations, kept here so that a scan allocates none
 }
 
+// dest returns the scan destinations of a claim or lookup row.
 func (r *claimRow) dest() []any {
-	return []any{&r.claimed, &r.hash, &r.method, &r.path, &r.state, &r.point, &r.lockedUntil, &r.code,
+	r.into = [...]any{&r.claimed, &r.hash, &r.method, &r.path, &r.state, &r.point, &r.lockedUntil, &r.code,
 		&r.headers, &r.body, &r.createdAt, &r.completedAt, &r.live, &r.expired}
+	return r.into[:]
+}
+
+// lockDest returns the scan destinations of the try-lock row: its lock_timeout is
+// skipped, its lock result goes to r.locked.
+func (r *claimRow) lockDest() []any {
+	r.into[0], r.into[1] = nil, &r.locked
+	return r.into[:2]
 }
 
 // record builds the Record the engine answers from.
@@ -45,37 +59,26 @@ func (r *claimRow) record(c storage.Claim) (*storage.Record, error) {
 		Scope:         c.Scope,
 		Key:           c.Key,
 		Fingerprint:   r.hash,
-		Method:        deref(r.method),
-		Path:          deref(r.path),
-		State:         storage.State(deref(r.state)),
-		RecoveryPoint: deref(r.point),
+		Method:        r.method.String,
+		Path:          r.path.String,
+		State:         storage.State(r.state.String),
+		RecoveryPoint: r.point.String,
 		CreatedAt:     r.createdAt,
 	}
-	if r.lockedUntil != nil && rec.State == storage.StateStarted {
-		rec.LockedUntil = *r.lockedUntil
+	if r.lockedUntil.Valid && rec.State == storage.StateStarted {
+		rec.LockedUntil = r.lockedUntil.Time
 	}
-	if r.completedAt != nil {
-		rec.CompletedAt = *r.completedAt
+	if r.completedAt.Valid {
+		rec.CompletedAt = r.completedAt.Time
 	}
 	if rec.State == storage.StateCompleted {
 		h, err := storage.DecodeHeader(r.headers)
 		if err != nil {
 			return nil, fmt.Errorf("pgxstore: key %q: %w", c.Key, err)
 		}
-		status := 0
-		if r.code != nil {
-			status = int(*r.code)
-		}
-		rec.Response = &storage.Response{Status: status, Header: h, Body: r.body}
+		rec.Response = &storage.Response{Status: int(r.code.Int32), Header: h, Body: r.body}
 	}
 	return rec, nil
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // verdict is what a claim does with the row it read.
@@ -101,7 +104,7 @@ func decide(r *claimRow, found bool, fingerprint []byte) verdict {
 		return vRecord
 	case r.expired:
 		return vReplace
-	case deref(r.state) == string(storage.StateStarted) && bytes.Equal(r.hash, fingerprint):
+	case r.state.String == string(storage.StateStarted) && bytes.Equal(r.hash, fingerprint):
 		return vTakeover
 	default:
 		return vRecord
@@ -253,17 +256,17 @@ func (s *Store) claimRowFirst(ctx context.Context, c storage.Claim, wait time.Du
 	args := claimArgs(c, tok, wait)[:8]
 	l := &atomicLock{s: s, scope: c.Scope, key: c.Key, tok: tok, timeout: c.Timeout}
 	var row claimRow
-	conn, release, fast, err := s.dedicated(ctx, wait)
+	conn, fast, err := s.dedicated(ctx, wait)
 	switch {
 	case err != nil:
 		return nil, nil, classify(ctx, "claim", err, true)
 	case fast:
 		// BEGIN and the claim in one round trip.
-		l.conn, l.release = conn, release
+		l.held = conn
 		b := &pgx.Batch{}
 		b.BeginTx(pgx.TxOptions{IsoLevel: s.iso})
 		b.Queue(s.q.insert, args...)
-		br := conn.SendBatch(ctx, b)
+		br := l.conn.SendBatch(ctx, b)
 		l.tx = br.Tx()
 		if _, err = br.Exec(); err == nil {
 			err = br.QueryRow().Scan(&row.claimed)
@@ -309,7 +312,8 @@ func (s *Store) claimRowFirst(ctx context.Context, c storage.Claim, wait time.Du
 		return nil, res.rec, nil
 	}
 	l.point, l.takenOver = res.point, res.takenOver
-	l.slot = &slot{inner: l.tx}
+	l.own.inner = l.tx
+	l.slot = &l.own
 	return l, nil, nil
 }
 
@@ -337,50 +341,51 @@ var errWaited = fmt.Errorf("pgxstore: claim: waited for a twin: %w", storage.Err
 func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Duration) (storage.Lock, *storage.Record, error) {
 	l := &atomicLock{s: s, scope: c.Scope, key: c.Key, timeout: c.Timeout,
 		fingerprint: c.Fingerprint, method: c.Method, path: c.Path}
-	// The arguments, each boxed once for the statements that share it.
-	var ms, hash, scope, key, retention any = strconv.FormatInt(max(wait.Milliseconds(), 1), 10),
-		s.lockHash(c.Scope, c.Key), c.Scope, c.Key, c.Retention.Microseconds()
-	conn, release, fast, err := s.dedicated(ctx, wait)
+	// The arguments, each boxed once for the statements (and the completion) that share
+	// them.
+	var ms, hash, retention any = s.lockTimeout(wait), s.lockHash(c.Scope, c.Key), s.retentionMicros(c.Retention)
+	l.scopeArg, l.keyArg = c.Scope, c.Key
+	scope, key := l.scopeArg, l.keyArg
+	conn, fast, err := s.dedicated(ctx, wait)
 	if err != nil {
 		return nil, nil, classify(ctx, "claim", err, true)
 	}
-	var row claimRow
-	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 3)}
+	row := &l.row
+	b := l.batch.reset(fast, s.iso)
 	if fast {
-		l.conn, l.release = conn, release
-		b.BeginTx(pgx.TxOptions{IsoLevel: s.iso})
+		l.held = conn
 	} else if l.tx, err = s.begin(ctx, wait); err != nil {
 		return nil, nil, classify(ctx, "claim", err, true)
 	}
-	b.Queue(s.q.tryLock, ms, hash, scope, key)
-	b.Queue(s.q.lookup, scope, key, retention)
+	l.batch.queue(s.q.tryLock, ms, hash, scope, key)
+	l.batch.queue(s.q.lookup, scope, key, retention)
 	var br pgx.BatchResults
 	if fast {
-		br = conn.SendBatch(ctx, b)
+		br = l.conn.SendBatch(ctx, b)
 		l.tx = br.Tx()
 		_, err = br.Exec()
 	} else {
 		br = l.tx.SendBatch(ctx, b)
 	}
-	var locked *bool // nil: a row held the key, so no lock was tried
 	var found bool
 	if err == nil {
-		err = br.QueryRow().Scan(nil, &locked)
+		err = br.QueryRow().Scan(row.lockDest()...)
 	}
+	locked := row.locked
 	if err == nil {
 		found, err = scanned(br.QueryRow().Scan(row.dest()...))
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil && (locked != nil && !*locked || locked == nil && !found) {
+	if err == nil && (locked.Valid && !locked.Bool || !locked.Valid && !found) {
 		// A twin holds the key's lock (or, rarely, a key of the same hash), or the row
 		// that held the key went away between the two statements.
-		row = claimRow{}
+		*row = claimRow{}
 		if s.iso == pgx.ReadCommitted {
-			b = &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
-			b.Queue(s.q.lock, ms, hash)
-			b.Queue(s.q.lookup, scope, key, retention)
+			b = l.batch.reset(false, s.iso)
+			l.batch.queue(s.q.lock, ms, hash)
+			l.batch.queue(s.q.lookup, scope, key, retention)
 			br = l.tx.SendBatch(ctx, b)
 			if _, err = br.Exec(); err == nil {
 				found, err = scanned(br.QueryRow().Scan(row.dest()...))
@@ -398,7 +403,8 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 	}
 	if !found {
 		l.pending, l.point = true, storage.RecoveryStarted
-		l.slot = &slot{inner: l.tx}
+		l.own.inner = l.tx
+		l.slot = &l.own
 		return l, nil, nil
 	}
 	// A row holds the key: report it, or replace or take it over in this transaction
@@ -413,7 +419,7 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 		}
 		return true, err
 	}
-	res, err := s.settle(ctx, l.tx, c, l.tok, read, &row, true)
+	res, err := s.settle(ctx, l.tx, c, l.tok, read, row, true)
 	if err != nil {
 		l.abort(ctx)
 		return nil, nil, classify(ctx, "claim", err, true)
@@ -423,7 +429,8 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 		return nil, res.rec, nil
 	}
 	l.point, l.takenOver, l.pending = res.point, res.takenOver, res.pending
-	l.slot = &slot{inner: l.tx}
+	l.own.inner = l.tx
+	l.slot = &l.own
 	return l, nil, nil
 }
 

@@ -25,12 +25,29 @@ func cleanup(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // bounded returns ctx with the claim's timeout (storage.Claim.Timeout; cleanupTimeout when
 // it set none) for a completion: the engine hands Complete a context that is never
-// cancelled, and a paused database must still cost a bounded wait.
+// cancelled, and a paused database must still cost a bounded wait. A ctx whose deadline
+// comes sooner is returned as it is: a deadline context costs pgx work on every statement.
 func bounded(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	if timeout <= 0 {
-		timeout = cleanupTimeout
+	timeout = completeTimeout(timeout)
+	if deadlineWithin(ctx, timeout) {
+		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, timeout)
+}
+
+// completeTimeout is what bounds a completion: the claim's timeout, or cleanupTimeout
+// when it set none.
+func completeTimeout(timeout time.Duration) time.Duration {
+	if timeout <= 0 {
+		return cleanupTimeout
+	}
+	return timeout
+}
+
+// deadlineWithin reports whether ctx has a deadline at most d from now.
+func deadlineWithin(ctx context.Context, d time.Duration) bool {
+	deadline, ok := ctx.Deadline()
+	return ok && time.Until(deadline) <= d
 }
 
 // completeArgs are the completion statement's arguments. r is encoded before it returns,
@@ -54,13 +71,18 @@ type atomicLock struct {
 	takenOver    bool
 	tx           pgx.Tx // the claim's transaction
 	slot         *slot  // hands tx to the handler
-	// conn is the connection tx runs on when the store has one to itself (a pool or a
+	// held is the connection tx runs on when the store has one to itself (a pool or a
 	// *pgx.Conn): Complete then sends the completion and COMMIT in one round trip.
-	// release gives it back.
-	conn    *pgx.Conn
-	release func()
+	held
 	ended   bool
 	timeout time.Duration // bounds Complete (storage.Claim.Timeout)
+	// Allocated with the lock: the claim's scope and key boxed once for its statements
+	// and the completion's, the row the claim read, the batch of each round trip, and
+	// the slot.
+	scopeArg, keyArg any
+	row              claimRow
+	batch            batch
+	own              slot
 }
 
 var _ storage.Lock = (*atomicLock)(nil)
@@ -113,23 +135,32 @@ func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
 	}
 	l.ended = true
 	l.slot.take()
-	ctx, cancel := bounded(ctx, l.timeout)
-	defer cancel()
-	var sql string
-	var args []any
+	b := l.batch.reset(false, l.s.iso)
 	if l.pending {
-		sql, args = l.s.q.record, []any{l.scope, l.key, l.fingerprint, l.method, l.path, l.point,
-			int32(r.Status), storage.EncodeHeader(r.Header), r.Body}
+		var point any = storage.RecoveryStarted // a constant: boxed without allocating
+		if l.point != storage.RecoveryStarted {
+			point = l.point
+		}
+		l.batch.queue(l.s.q.record, l.scopeArg, l.keyArg, l.fingerprint, l.method, l.path, point,
+			int32(r.Status), storage.EncodeHeader(r.Header), r.Body)
 	} else {
-		sql, args = l.s.q.complete, completeArgs(l.scope, l.key, l.tok, r)
+		l.batch.queue(l.s.q.complete, completeArgs(l.scope, l.key, l.tok, r)...)
 	}
 	if l.conn == nil {
-		return l.completeTx(ctx, sql, args)
+		ctx, cancel := bounded(ctx, l.timeout)
+		defer cancel()
+		q := b.QueuedQueries[0]
+		return l.completeTx(ctx, q.SQL, q.Arguments)
 	}
-	defer l.release()
-	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
-	b.Queue(sql, args...)
-	b.Queue("commit")
+	defer l.giveBack()
+	l.batch.queue("commit")
+	// On the connection the lock holds, the connection's deadline bounds the round trip
+	// rather than a context's: the engine's context is never cancelled, so pgx has
+	// nothing to watch (a deadline context costs a timer, and pgx a context watch, ten
+	// allocations in all), and a paused database still costs no more than the timeout:
+	// the read fails and pgx closes the connection, which ends the transaction.
+	nc := l.conn.PgConn().Conn()
+	_ = nc.SetDeadline(time.Now().Add(completeTimeout(l.timeout)))
 	br := l.conn.SendBatch(ctx, b)
 	ct, err := br.Exec()
 	var commit pgconn.CommandTag
@@ -139,6 +170,7 @@ func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
+	_ = nc.SetDeadline(time.Time{})
 	if err == nil && commit.String() != "COMMIT" {
 		err = fmt.Errorf("commit answered %q", commit.String())
 	}
@@ -203,9 +235,7 @@ func (l *atomicLock) Release(ctx context.Context) error {
 	cctx, cancel := cleanup(ctx)
 	defer cancel()
 	err := l.tx.Rollback(cctx)
-	if l.release != nil {
-		l.release()
-	}
+	l.giveBack()
 	if err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 		return fmt.Errorf("pgxstore: release: roll back: %w", err)
 	}
@@ -217,13 +247,16 @@ func (l *atomicLock) Release(ctx context.Context) error {
 func (l *atomicLock) abort(ctx context.Context) {
 	l.ended = true
 	if l.tx != nil {
-		cctx, cancel := cleanup(ctx)
+		// Within a claim ctx is live and bounded (by Claim.Timeout) as a rule: a rollback
+		// it cuts short closes the connection, which rolls back too.
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if ctx.Err() != nil || !deadlineWithin(ctx, cleanupTimeout) {
+			cctx, cancel = cleanup(ctx)
+		}
 		_ = l.tx.Rollback(cctx)
 		cancel()
 	}
-	if l.release != nil {
-		l.release()
-	}
+	l.giveBack()
 }
 
 // phasedLock holds a key whose claim committed with a lease and a fencing token. Phases

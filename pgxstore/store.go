@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -131,6 +132,10 @@ type Store struct {
 	sweepPK     bool
 	q           queries
 	lockSeed    uint64 // lockHash's state after the table name
+	// The atomic claim's arguments that repeat from claim to claim, boxed once: the
+	// retention in microseconds, and the last lock wait's lock_timeout text.
+	retentionArg any
+	lastWait     atomic.Pointer[waitArg]
 	// sem serialises use of a DB that is one connection (*pgx.Conn, pgx.Tx); nil for a
 	// pool.
 	sem chan struct{}
@@ -160,7 +165,35 @@ func New(db DB, opts ...Option) *Store {
 	}
 	s.q = newQueries(s.table)
 	s.lockSeed = fnvString(fnvOffset, s.table.Sanitize())
+	s.retentionArg = s.retention.Microseconds()
 	return s
+}
+
+// waitArg is a lock wait's lock_timeout argument: milliseconds, as text.
+type waitArg struct {
+	ms  int64
+	arg any
+}
+
+// lockTimeout returns the lock_timeout argument of a claim that waits up to wait (at
+// least 1ms: 0 would wait for ever), boxed once while claims wait as many milliseconds
+// (the engine gives every claim the same lock wait).
+func (s *Store) lockTimeout(wait time.Duration) any {
+	ms := max(wait.Milliseconds(), 1)
+	if w := s.lastWait.Load(); w != nil && w.ms == ms {
+		return w.arg
+	}
+	w := &waitArg{ms: ms, arg: strconv.FormatInt(ms, 10)}
+	s.lastWait.Store(w)
+	return w.arg
+}
+
+// retentionMicros returns the retention argument (µs) of claims that keep keys for d.
+func (s *Store) retentionMicros(d time.Duration) any {
+	if d == s.retention {
+		return s.retentionArg
+	}
+	return d.Microseconds()
 }
 
 // FNV-1a, 64 bits.
@@ -236,7 +269,7 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) 
 // A zero c.LockWait waits 2s, a zero c.Lease is 60s and a zero c.Retention keeps keys
 // for ever; the engine sets all three.
 func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
-	if c.Timeout > 0 { // pgx transactions outlive the context they began with
+	if c.Timeout > 0 && !deadlineWithin(ctx, c.Timeout) { // pgx transactions outlive the context they began with
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
 		defer cancel()
@@ -389,20 +422,41 @@ type acquirer interface {
 	Acquire(ctx context.Context) (*pgxpool.Conn, error)
 }
 
-// dedicated returns a connection the caller has to itself until release, when the DB
-// offers one (a pool, or a single *pgx.Conn); ok is false otherwise (a pgx.Tx, or another
-// DB), and the caller goes through Begin.
-func (s *Store) dedicated(ctx context.Context, wait time.Duration) (conn *pgx.Conn, release func(), ok bool, err error) {
+// held is a connection a transaction has to itself: one of the pool's, or the store's
+// single *pgx.Conn. The zero held is none.
+type held struct {
+	conn   *pgx.Conn
+	pooled *pgxpool.Conn // conn's, from the pool
+	single *Store        // the store whose single connection conn is
+}
+
+// giveBack returns the connection to its pool or frees the single connection, once.
+func (h *held) giveBack() {
+	switch {
+	case h.pooled != nil:
+		h.pooled.Release()
+	case h.single != nil:
+		h.single.unhold()
+	}
+	*h = held{}
+}
+
+// dedicated returns a connection the caller has to itself until it gives it back, when
+// the DB offers one (a pool, or a single *pgx.Conn); ok is false otherwise (a pgx.Tx, or
+// another DB), and the caller goes through Begin.
+func (s *Store) dedicated(ctx context.Context, wait time.Duration) (h held, ok bool, err error) {
 	switch db := s.db.(type) {
 	case acquirer:
 		pc, err := db.Acquire(ctx)
 		if err != nil {
-			return nil, nil, true, err
+			return held{}, true, err
 		}
-		return pc.Conn(), pc.Release, true, nil
+		return held{conn: pc.Conn(), pooled: pc}, true, nil
 	case *pgx.Conn:
-		release, err := s.hold(ctx, wait)
-		return db, release, true, err
+		if _, err := s.hold(ctx, wait); err != nil {
+			return held{}, true, err
+		}
+		return held{conn: db, single: s}, true, nil
 	}
-	return nil, nil, false, nil
+	return held{}, false, nil
 }

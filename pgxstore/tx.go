@@ -90,7 +90,8 @@ type slot struct {
 
 	mu     sync.Mutex
 	inner  pgx.Tx
-	wrap   *handlerTx
+	wrap   *handlerTx // &own once handed out
+	own    handlerTx
 	closed bool
 }
 
@@ -110,7 +111,8 @@ func (s *slot) tx(ctx context.Context) (pgx.Tx, error) {
 		}
 		s.inner = inner
 	}
-	s.wrap = &handlerTx{inner: s.inner}
+	s.own.inner = s.inner
+	s.wrap = &s.own
 	return s.wrap, nil
 }
 
