@@ -558,10 +558,17 @@ const (
 // bit is the high bit of the first byte that needs attention in a string: a control
 // character, quote, backslash or non-ASCII byte. It is 0 if there is none. (Bytes after
 // the first may be flagged falsely; the first one never is.)
+//
+// Why: below the first byte that needs attention no subtraction borrows, so that byte's
+// high bit in each term depends on it alone. q-1 has it for q == 0 (a quote) and for
+// q >= 0x81, b-1 likewise (a backslash), x-0x20 for x < 0x20 and x >= 0xA0, and x for
+// x >= 0x80. q and b have their high bit where x has it, so every case but the quote,
+// the backslash and the control characters is a non-ASCII byte, which x flags anyway:
+// the usual "&^ v" of the zero-byte test is not needed once x is or-ed in.
 func stringAttention(x uint64) uint64 {
 	q := x ^ (swarOnes * '"')
 	b := x ^ (swarOnes * '\\')
-	return ((x-swarOnes*0x20)&^x | (q-swarOnes)&^q | (b-swarOnes)&^b | x) & swarHighs
+	return ((x - swarOnes*0x20) | (q - swarOnes) | (b - swarOnes) | x) & swarHighs
 }
 
 // plainStringByte marks the bytes a string holds as they are: printable ASCII other than
