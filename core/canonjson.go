@@ -305,11 +305,17 @@ func (s *canonScratch) member(out, src []byte, i int) ([]byte, int, error) {
 	m := cjMember{start: start, keyEnd: keyEnd, rec: len(s.objs), prefix: keyPrefix(out, start+1, keyEnd)}
 	f := &s.frames[len(s.frames)-1]
 	if !f.dirty && len(s.members) > f.first {
-		switch cmp := compareMembers(out, &s.members[len(s.members)-1], &m); {
-		case cmp == 0:
-			return nil, i, jsonErr("duplicate object key", i)
-		case cmp > 0:
-			f.dirty = true
+		// compareMembers, its prefix test written out: it is not inlined.
+		switch p := &s.members[len(s.members)-1]; {
+		case p.prefix != m.prefix && p.prefix != 0 && m.prefix != 0:
+			f.dirty = p.prefix > m.prefix
+		default:
+			switch cmp := compareMemberKeys(out, p, &m); {
+			case cmp == 0:
+				return nil, i, jsonErr("duplicate object key", i)
+			case cmp > 0:
+				f.dirty = true
+			}
 		}
 	}
 	s.members = append(s.members, m)
@@ -424,6 +430,11 @@ func compareMembers(out []byte, a, b *cjMember) int {
 		}
 		return 1
 	}
+	return compareMemberKeys(out, a, b)
+}
+
+// compareMemberKeys compares the keys of a and b, whose text is in out, with compareKeys.
+func compareMemberKeys(out []byte, a, b *cjMember) int {
 	return compareKeys(out[a.start+1:a.keyEnd], out[b.start+1:b.keyEnd])
 }
 
@@ -437,14 +448,18 @@ func sortMembers(out []byte, ms []cjMember) bool {
 			m := ms[i]
 			j := i
 			for ; j > 0; j-- {
-				c := compareMembers(out, &ms[j-1], &m)
-				if c == 0 {
+				p := &ms[j-1]
+				// compareMembers, its prefix test written out: it is not inlined.
+				if p.prefix != m.prefix && p.prefix != 0 && m.prefix != 0 {
+					if p.prefix < m.prefix {
+						break
+					}
+				} else if c := compareMemberKeys(out, p, &m); c == 0 {
 					return false
-				}
-				if c < 0 {
+				} else if c < 0 {
 					break
 				}
-				ms[j] = ms[j-1]
+				ms[j] = *p
 			}
 			ms[j] = m
 		}
