@@ -134,9 +134,15 @@ func (s *canonScratch) write(w io.Writer, src []byte) error {
 
 // release returns s to the pool unless one huge document has grown it.
 func (s *canonScratch) release() {
-	if cap(s.tmp)+cap(s.out) <= maxPooledScratch && cap(s.members)+cap(s.sorted)+cap(s.objs) <= maxPooledScratch/32 {
+	if s.poolable() {
 		canonPool.Put(s)
 	}
+}
+
+// poolable reports whether s is small enough to be kept for reuse: one huge document
+// may have grown it.
+func (s *canonScratch) poolable() bool {
+	return cap(s.tmp)+cap(s.out) <= maxPooledScratch && cap(s.members)+cap(s.sorted)+cap(s.objs) <= maxPooledScratch/32
 }
 
 // canonSlack is the spare capacity reserved beyond the input's length: appendJSONString
