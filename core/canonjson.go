@@ -185,8 +185,44 @@ func (s *canonScratch) pass(dst, src []byte) ([]byte, error) {
 	}
 	var err error
 	i := skipWS(src, 0)
+	key := false // src[i] starts a member of the innermost open object
 value:
 	for {
+		if key {
+			// A member: `"key" :` at src[i], into the innermost open object.
+			key = false
+			if i >= len(src) || src[i] != '"' {
+				return nil, jsonErr("expected a string key", i)
+			}
+			start := len(out)
+			if out, i, err = appendJSONString(out, src, i); err != nil {
+				return nil, err
+			}
+			keyEnd := len(out) - 1
+			m := cjMember{start: start, keyEnd: keyEnd, rec: len(s.objs), prefix: keyPrefix(out, start+1, keyEnd)}
+			f := &s.frames[len(s.frames)-1]
+			if !f.dirty && len(s.members) > f.first {
+				// compareMembers, its prefix test written out: it is not inlined.
+				switch p := &s.members[len(s.members)-1]; {
+				case p.prefix != m.prefix && p.prefix != 0 && m.prefix != 0:
+					f.dirty = p.prefix > m.prefix
+				default:
+					switch cmp := compareMemberKeys(out, p, &m); {
+					case cmp == 0:
+						return nil, jsonErr("duplicate object key", i)
+					case cmp > 0:
+						f.dirty = true
+					}
+				}
+			}
+			s.members = append(s.members, m)
+			i = skipWS(src, i)
+			if i >= len(src) || src[i] != ':' {
+				return nil, jsonErr("expected ':'", i)
+			}
+			out = append(out, ':')
+			i = skipWS(src, i+1)
+		}
 		// A value starts at src[i].
 		if i >= len(src) {
 			return nil, jsonErr("unexpected end of input", i)
@@ -214,9 +250,7 @@ value:
 				s.objs = append(s.objs, cjObject{start: len(out)})
 			}
 			out = append(out, '{')
-			if out, i, err = s.member(out, src, j); err != nil {
-				return nil, err
-			}
+			i, key = j, true
 			continue value
 		case '"':
 			if out, i, err = appendJSONString(out, src, i); err != nil {
@@ -272,9 +306,7 @@ value:
 			switch c {
 			case ',':
 				out = append(out, ',')
-				if out, i, err = s.member(out, src, skipWS(src, i+1)); err != nil {
-					return nil, err
-				}
+				i, key = skipWS(src, i+1), true
 				continue value
 			case '}':
 				out = append(out, '}')
@@ -294,43 +326,6 @@ value:
 	// Some object was out of order: write the text again with its members sorted.
 	s.tmp = append(s.tmp[:0], out[base:]...)
 	return s.emit(out[:base], base, len(out), 0, base), nil
-}
-
-// member reads `"key" :` at src[i] into the innermost open object, which is the last frame,
-// and leaves i at the start of the member's value.
-func (s *canonScratch) member(out, src []byte, i int) ([]byte, int, error) {
-	if i >= len(src) || src[i] != '"' {
-		return nil, i, jsonErr("expected a string key", i)
-	}
-	start := len(out)
-	out, i, err := appendJSONString(out, src, i)
-	if err != nil {
-		return nil, i, err
-	}
-	keyEnd := len(out) - 1
-	m := cjMember{start: start, keyEnd: keyEnd, rec: len(s.objs), prefix: keyPrefix(out, start+1, keyEnd)}
-	f := &s.frames[len(s.frames)-1]
-	if !f.dirty && len(s.members) > f.first {
-		// compareMembers, its prefix test written out: it is not inlined.
-		switch p := &s.members[len(s.members)-1]; {
-		case p.prefix != m.prefix && p.prefix != 0 && m.prefix != 0:
-			f.dirty = p.prefix > m.prefix
-		default:
-			switch cmp := compareMemberKeys(out, p, &m); {
-			case cmp == 0:
-				return nil, i, jsonErr("duplicate object key", i)
-			case cmp > 0:
-				f.dirty = true
-			}
-		}
-	}
-	s.members = append(s.members, m)
-	i = skipWS(src, i)
-	if i >= len(src) || src[i] != ':' {
-		return nil, i, jsonErr("expected ':'", i)
-	}
-	out = append(out, ':')
-	return out, skipWS(src, i+1), nil
 }
 
 // closeObject finishes the innermost open object, whose '}' is the last byte of out and
