@@ -739,6 +739,16 @@ func hex4(src []byte, i int) (rune, bool) {
 // appendJSONNumber appends the canonical form of the JSON number at src[i]: the
 // ECMAScript Number-to-string form of the nearest float64.
 func appendJSONNumber(out, src []byte, i int) ([]byte, int, error) {
+	// The common case first: 1 to 15 digits, the first not 0, then neither a fraction
+	// nor an exponent. Such an integer is exactly a float64, which ECMAScript writes
+	// digit for digit: it is copied as it stands, as the general path below would.
+	if j := i; src[j] >= '1' && src[j] <= '9' {
+		for j++; j < len(src) && src[j] >= '0' && src[j] <= '9'; j++ {
+		}
+		if j-i <= 15 && (j == len(src) || src[j] != '.' && src[j] != 'e' && src[j] != 'E') {
+			return append(out, src[i:j]...), j, nil
+		}
+	}
 	start := i
 	if src[i] == '-' {
 		i++
