@@ -620,6 +620,9 @@ func appendJSONString(out, src []byte, i int) ([]byte, int, error) {
 				continue
 			}
 			k := bits.TrailingZeros64(m) >> 3
+			if src[i+k] == '"' {
+				return out[:n+k+1], i + k + 1, nil // the closing quote was copied with the rest
+			}
 			out, i = out[:n+k], i+k
 		} else {
 			for i < len(src) && plainStringByte[src[i]] {
