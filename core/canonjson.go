@@ -745,10 +745,12 @@ func appendJSONNumber(out, src []byte, i int) ([]byte, int, error) {
 	// The common case first: 1 to 15 digits, the first not 0, then neither a fraction
 	// nor an exponent. Such an integer is exactly a float64, which ECMAScript writes
 	// digit for digit: it is copied as it stands, as the general path below would.
-	if j := i; src[j] >= '1' && src[j] <= '9' {
-		for j++; j < len(src) && src[j] >= '0' && src[j] <= '9'; j++ {
+	if c := src[i]; c >= '1' && c <= '9' {
+		j := i + 1
+		for j < len(src) && src[j] >= '0' && src[j] <= '9' {
+			j++
 		}
-		if j-i <= 15 && (j == len(src) || src[j] != '.' && src[j] != 'e' && src[j] != 'E') {
+		if j-i <= 15 && (j == len(src) || (src[j] != '.' && src[j] != 'e' && src[j] != 'E')) {
 			return append(out, src[i:j]...), j, nil
 		}
 	}
