@@ -134,9 +134,15 @@ func (s *canonScratch) write(w io.Writer, src []byte) error {
 
 // release returns s to the pool unless one huge document has grown it.
 func (s *canonScratch) release() {
-	if cap(s.tmp)+cap(s.out) <= maxPooledScratch && cap(s.members)+cap(s.sorted)+cap(s.objs) <= maxPooledScratch/32 {
+	if s.poolable() {
 		canonPool.Put(s)
 	}
+}
+
+// poolable reports whether s is small enough to be kept for reuse: one huge document
+// may have grown it.
+func (s *canonScratch) poolable() bool {
+	return cap(s.tmp)+cap(s.out) <= maxPooledScratch && cap(s.members)+cap(s.sorted)+cap(s.objs) <= maxPooledScratch/32
 }
 
 // canonSlack is the spare capacity reserved beyond the input's length: appendJSONString
@@ -179,8 +185,44 @@ func (s *canonScratch) pass(dst, src []byte) ([]byte, error) {
 	}
 	var err error
 	i := skipWS(src, 0)
+	key := false // src[i] starts a member of the innermost open object
 value:
 	for {
+		if key {
+			// A member: `"key" :` at src[i], into the innermost open object.
+			key = false
+			if i >= len(src) || src[i] != '"' {
+				return nil, jsonErr("expected a string key", i)
+			}
+			start := len(out)
+			if out, i, err = appendJSONString(out, src, i); err != nil {
+				return nil, err
+			}
+			keyEnd := len(out) - 1
+			m := cjMember{start: start, keyEnd: keyEnd, rec: len(s.objs), prefix: keyPrefix(out, start+1, keyEnd)}
+			f := &s.frames[len(s.frames)-1]
+			if !f.dirty && len(s.members) > f.first {
+				// compareMembers, its prefix test written out: it is not inlined.
+				switch p := &s.members[len(s.members)-1]; {
+				case p.prefix != m.prefix && p.prefix != 0 && m.prefix != 0:
+					f.dirty = p.prefix > m.prefix
+				default:
+					switch cmp := compareMemberKeys(out, p, &m); {
+					case cmp == 0:
+						return nil, jsonErr("duplicate object key", i)
+					case cmp > 0:
+						f.dirty = true
+					}
+				}
+			}
+			s.members = append(s.members, m)
+			i = skipWS(src, i)
+			if i >= len(src) || src[i] != ':' {
+				return nil, jsonErr("expected ':'", i)
+			}
+			out = append(out, ':')
+			i = skipWS(src, i+1)
+		}
 		// A value starts at src[i].
 		if i >= len(src) {
 			return nil, jsonErr("unexpected end of input", i)
@@ -208,9 +250,7 @@ value:
 				s.objs = append(s.objs, cjObject{start: len(out)})
 			}
 			out = append(out, '{')
-			if out, i, err = s.member(out, src, j); err != nil {
-				return nil, err
-			}
+			i, key = j, true
 			continue value
 		case '"':
 			if out, i, err = appendJSONString(out, src, i); err != nil {
@@ -266,9 +306,7 @@ value:
 			switch c {
 			case ',':
 				out = append(out, ',')
-				if out, i, err = s.member(out, src, skipWS(src, i+1)); err != nil {
-					return nil, err
-				}
+				i, key = skipWS(src, i+1), true
 				continue value
 			case '}':
 				out = append(out, '}')
@@ -288,37 +326,6 @@ value:
 	// Some object was out of order: write the text again with its members sorted.
 	s.tmp = append(s.tmp[:0], out[base:]...)
 	return s.emit(out[:base], base, len(out), 0, base), nil
-}
-
-// member reads `"key" :` at src[i] into the innermost open object, which is the last frame,
-// and leaves i at the start of the member's value.
-func (s *canonScratch) member(out, src []byte, i int) ([]byte, int, error) {
-	if i >= len(src) || src[i] != '"' {
-		return nil, i, jsonErr("expected a string key", i)
-	}
-	start := len(out)
-	out, i, err := appendJSONString(out, src, i)
-	if err != nil {
-		return nil, i, err
-	}
-	keyEnd := len(out) - 1
-	m := cjMember{start: start, keyEnd: keyEnd, rec: len(s.objs), prefix: keyPrefix(out, start+1, keyEnd)}
-	f := &s.frames[len(s.frames)-1]
-	if !f.dirty && len(s.members) > f.first {
-		switch cmp := compareMembers(out, &s.members[len(s.members)-1], &m); {
-		case cmp == 0:
-			return nil, i, jsonErr("duplicate object key", i)
-		case cmp > 0:
-			f.dirty = true
-		}
-	}
-	s.members = append(s.members, m)
-	i = skipWS(src, i)
-	if i >= len(src) || src[i] != ':' {
-		return nil, i, jsonErr("expected ':'", i)
-	}
-	out = append(out, ':')
-	return out, skipWS(src, i+1), nil
 }
 
 // closeObject finishes the innermost open object, whose '}' is the last byte of out and
@@ -424,6 +431,11 @@ func compareMembers(out []byte, a, b *cjMember) int {
 		}
 		return 1
 	}
+	return compareMemberKeys(out, a, b)
+}
+
+// compareMemberKeys compares the keys of a and b, whose text is in out, with compareKeys.
+func compareMemberKeys(out []byte, a, b *cjMember) int {
 	return compareKeys(out[a.start+1:a.keyEnd], out[b.start+1:b.keyEnd])
 }
 
@@ -437,14 +449,18 @@ func sortMembers(out []byte, ms []cjMember) bool {
 			m := ms[i]
 			j := i
 			for ; j > 0; j-- {
-				c := compareMembers(out, &ms[j-1], &m)
-				if c == 0 {
+				p := &ms[j-1]
+				// compareMembers, its prefix test written out: it is not inlined.
+				if p.prefix != m.prefix && p.prefix != 0 && m.prefix != 0 {
+					if p.prefix < m.prefix {
+						break
+					}
+				} else if c := compareMemberKeys(out, p, &m); c == 0 {
 					return false
-				}
-				if c < 0 {
+				} else if c < 0 {
 					break
 				}
-				ms[j] = ms[j-1]
+				ms[j] = *p
 			}
 			ms[j] = m
 		}
@@ -558,10 +574,17 @@ const (
 // bit is the high bit of the first byte that needs attention in a string: a control
 // character, quote, backslash or non-ASCII byte. It is 0 if there is none. (Bytes after
 // the first may be flagged falsely; the first one never is.)
+//
+// Why: below the first byte that needs attention no subtraction borrows, so that byte's
+// high bit in each term depends on it alone. q-1 has it for q == 0 (a quote) and for
+// q >= 0x81, b-1 likewise (a backslash), x-0x20 for x < 0x20 and x >= 0xA0, and x for
+// x >= 0x80. q and b have their high bit where x has it, so every case but the quote,
+// the backslash and the control characters is a non-ASCII byte, which x flags anyway:
+// the usual "&^ v" of the zero-byte test is not needed once x is or-ed in.
 func stringAttention(x uint64) uint64 {
 	q := x ^ (swarOnes * '"')
 	b := x ^ (swarOnes * '\\')
-	return ((x-swarOnes*0x20)&^x | (q-swarOnes)&^q | (b-swarOnes)&^b | x) & swarHighs
+	return ((x - swarOnes*0x20) | (q - swarOnes) | (b - swarOnes) | x) & swarHighs
 }
 
 // plainStringByte marks the bytes a string holds as they are: printable ASCII other than
@@ -597,6 +620,9 @@ func appendJSONString(out, src []byte, i int) ([]byte, int, error) {
 				continue
 			}
 			k := bits.TrailingZeros64(m) >> 3
+			if src[i+k] == '"' {
+				return out[:n+k+1], i + k + 1, nil // the closing quote was copied with the rest
+			}
 			out, i = out[:n+k], i+k
 		} else {
 			for i < len(src) && plainStringByte[src[i]] {
@@ -716,6 +742,18 @@ func hex4(src []byte, i int) (rune, bool) {
 // appendJSONNumber appends the canonical form of the JSON number at src[i]: the
 // ECMAScript Number-to-string form of the nearest float64.
 func appendJSONNumber(out, src []byte, i int) ([]byte, int, error) {
+	// The common case first: 1 to 15 digits, the first not 0, then neither a fraction
+	// nor an exponent. Such an integer is exactly a float64, which ECMAScript writes
+	// digit for digit: it is copied as it stands, as the general path below would.
+	if c := src[i]; c >= '1' && c <= '9' {
+		j := i + 1
+		for j < len(src) && src[j] >= '0' && src[j] <= '9' {
+			j++
+		}
+		if j-i <= 15 && (j == len(src) || (src[j] != '.' && src[j] != 'e' && src[j] != 'E')) {
+			return append(out, src[i:j]...), j, nil
+		}
+	}
 	start := i
 	if src[i] == '-' {
 		i++

@@ -2,11 +2,15 @@ package core
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // The tests in this file hold the tuned canonicaliser (key prefixes, strings copied a word
@@ -154,6 +158,39 @@ func TestKeyPrefix(t *testing.T) {
 		buf := append([]byte(c.key), `":\"\\`+"\xff\xf0"...) // bytes past the key must not count
 		if got := keyPrefix(buf, 0, len(c.key)); got != c.want {
 			t.Errorf("keyPrefix(%q) = %#x, want %#x", c.key, got, c.want)
+		}
+	}
+}
+
+// TestStringAttention holds the word-at-a-time test to a byte-at-a-time one: whatever
+// byte is at offset p, with plain bytes before it and anything after, the lowest flagged
+// byte is p exactly when p's byte needs attention, and after p otherwise.
+func TestStringAttention(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(8785, 15))
+	for p := range 8 {
+		for c := range 256 {
+			for range 64 {
+				var w [8]byte
+				for j := range w {
+					switch {
+					case j < p:
+						for w[j] = byte(r.IntN(256)); !plainStringByte[w[j]]; w[j] = byte(r.IntN(256)) {
+						}
+					case j == p:
+						w[j] = byte(c)
+					default:
+						w[j] = byte(r.IntN(256))
+					}
+				}
+				m := stringAttention(binary.LittleEndian.Uint64(w[:]))
+				first := bits.TrailingZeros64(m) >> 3 // 8 when none
+				if plainStringByte[c] {
+					require.Greater(t, first, p, "%q: byte %d flagged", w, p)
+				} else {
+					require.Equal(t, p, first, "%q: first byte needing attention", w)
+				}
+			}
 		}
 	}
 }

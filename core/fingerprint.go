@@ -15,8 +15,9 @@ type FingerprintFunc func(r *http.Request, body []byte) ([]byte, error)
 
 // hasher is the pooled state of one fingerprint computation.
 type hasher struct {
-	buf []byte // length-prefixed method, path, query and headers, then the canonical body
-	h   hash.Hash
+	buf   []byte // length-prefixed method, path, query and headers, then the canonical body
+	h     hash.Hash
+	canon canonScratch // the canonicaliser's own, so that one pool round trip serves both
 }
 
 var hasherPool = sync.Pool{New: func() any { return &hasher{buf: make([]byte, 0, 1024), h: sha256.New()} }}
@@ -61,7 +62,7 @@ func fingerprint(r *http.Request, body []byte, headers []string) ([]byte, error)
 	}
 	b = append(b, 0xff) // end of the head; the body follows
 	fp := make([]byte, 0, sha256.Size)
-	if cb, ok := canonicalBody(b, body); ok {
+	if cb, ok := st.canonicalBody(b, body); ok {
 		// The common case: head and canonical body in one buffer, hashed in one call
 		// with the digest on the stack.
 		b = cb
@@ -75,7 +76,7 @@ func fingerprint(r *http.Request, body []byte, headers []string) ([]byte, error)
 		st.h.Write(body)
 		fp = st.h.Sum(fp)
 	}
-	if cap(b) <= maxPooledScratch {
+	if cap(b) <= maxPooledScratch && st.canon.poolable() {
 		st.buf = b[:0]
 		hasherPool.Put(st)
 	}
@@ -83,11 +84,11 @@ func fingerprint(r *http.Request, body []byte, headers []string) ([]byte, error)
 }
 
 // canonicalBody appends the canonical form of body to b when body is one JSON value.
-func canonicalBody(b, body []byte) ([]byte, bool) {
+func (st *hasher) canonicalBody(b, body []byte) ([]byte, bool) {
 	if len(body) == 0 {
 		return b, false
 	}
-	cb, err := appendCanonicalJSON(b, body)
+	cb, err := st.canon.canonicalise(b, body)
 	return cb, err == nil
 }
 
