@@ -46,11 +46,11 @@ func (r *claimRow) dest() []any {
 	return r.into[:]
 }
 
-// lockDest returns the scan destination of the try-lock row: its lock result goes to
-// r.locked.
+// lockDest returns the scan destinations of the try-lock row: its lock_timeout is
+// skipped, its lock result goes to r.locked.
 func (r *claimRow) lockDest() []any {
-	r.into[0] = &r.locked
-	return r.into[:1]
+	r.into[0], r.into[1] = nil, &r.locked
+	return r.into[:2]
 }
 
 // record builds the Record the engine answers from.
@@ -124,10 +124,9 @@ type result struct {
 type reader func(row *claimRow) (found bool, err error)
 
 // settle turns the first row of a claim into a result, running the replace or takeover
-// statement (in tx, where they wait for a racer's row up to lock_timeout ms, or on their
-// own when tx is nil) and reading the key again until it holds still. Every write is
-// conditional, so of several racers exactly one wins.
-func (s *Store) settle(ctx context.Context, tx pgx.Tx, ms any, c storage.Claim, tok token, read reader, row *claimRow, found bool) (result, error) {
+// statement (in tx, or on their own when tx is nil) and reading the key again until it
+// holds still. Every write is conditional, so of several racers exactly one wins.
+func (s *Store) settle(ctx context.Context, tx pgx.Tx, c storage.Claim, tok token, read reader, row *claimRow, found bool) (result, error) {
 	for range maxSettle {
 		switch decide(row, found, c.Fingerprint) {
 		case vClaimed:
@@ -137,11 +136,9 @@ func (s *Store) settle(ctx context.Context, tx pgx.Tx, ms any, c storage.Claim, 
 			return result{rec: rec}, err
 		case vReplace:
 			var created time.Time
-			q, args := s.q.replace, []any{c.Scope, c.Key, c.Fingerprint, c.Method, c.Path, tok, c.Lease.Microseconds(), c.Retention.Microseconds()}
-			if tx != nil {
-				q, args = s.q.replaceTx, append(args, ms)
-			}
-			err := s.scan(ctx, tx, c.LockWait, q, args, &created)
+			err := s.scan(ctx, tx, c.LockWait, s.q.replace,
+				[]any{c.Scope, c.Key, c.Fingerprint, c.Method, c.Path, tok, c.Lease.Microseconds(), c.Retention.Microseconds()},
+				&created)
 			if err == nil {
 				return result{point: storage.RecoveryStarted}, nil
 			}
@@ -150,11 +147,9 @@ func (s *Store) settle(ctx context.Context, tx pgx.Tx, ms any, c storage.Claim, 
 			}
 		case vTakeover:
 			var point string
-			q, args := s.q.takeover, []any{c.Scope, c.Key, c.Fingerprint, tok, c.Lease.Microseconds(), c.Retention.Microseconds()}
-			if tx != nil {
-				q, args = s.q.takeoverTx, append(args, ms)
-			}
-			err := s.scan(ctx, tx, c.LockWait, q, args, &point)
+			err := s.scan(ctx, tx, c.LockWait, s.q.takeover,
+				[]any{c.Scope, c.Key, c.Fingerprint, tok, c.Lease.Microseconds(), c.Retention.Microseconds()},
+				&point)
 			if err == nil {
 				return result{point: point, takenOver: true}, nil
 			}
@@ -192,7 +187,7 @@ func (s *Store) claimPhased(ctx context.Context, c storage.Claim) (storage.Lock,
 	if err != nil {
 		return nil, nil, classify(ctx, "claim", err, true)
 	}
-	res, err := s.settle(ctx, nil, nil, c, tok, read, &row, found)
+	res, err := s.settle(ctx, nil, c, tok, read, &row, found)
 	if err != nil {
 		return nil, nil, classify(ctx, "claim", err, true)
 	}
@@ -307,7 +302,7 @@ func (s *Store) claimRowFirst(ctx context.Context, c storage.Claim, wait time.Du
 		l.abort(ctx)
 		return nil, nil, classify(ctx, "claim", err, true)
 	}
-	res, err := s.settle(ctx, l.tx, args[7], c, tok, read, &row, found)
+	res, err := s.settle(ctx, l.tx, c, tok, read, &row, found)
 	if err != nil {
 		l.abort(ctx)
 		return nil, nil, classify(ctx, "claim", err, true)
@@ -362,7 +357,7 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 	} else if l.tx, err = s.begin(ctx, wait); err != nil {
 		return nil, nil, classify(ctx, "claim", err, true)
 	}
-	l.batch.queue(s.q.tryLock, hash, scope, key)
+	l.batch.queue(s.q.tryLock, ms, hash, scope, key)
 	l.batch.queue(s.q.lookup, scope, key, retention)
 	var br pgx.BatchResults
 	if fast {
@@ -424,7 +419,7 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 		}
 		return true, err
 	}
-	res, err := s.settle(ctx, l.tx, ms, c, l.tok, read, row, true)
+	res, err := s.settle(ctx, l.tx, c, l.tok, read, row, true)
 	if err != nil {
 		l.abort(ctx)
 		return nil, nil, classify(ctx, "claim", err, true)

@@ -33,11 +33,9 @@
 //     row holds the key it takes the key's transaction-scoped advisory lock (a 64-bit hash
 //     of table, scope and key). A twin in flight holds it: the claim waits, bounded by
 //     lock_timeout (its expiry answers 409), and looks again, with a snapshot that sees
-//     what the twin committed, so it replays. The store sets lock_timeout only for its own
-//     waits (this one, and the row-first claim's and a replace's or takeover's wait for a
-//     racer's row): the statement that waits sets it, waits, and puts the connection's own
-//     value back before it ends, so the handler's statements run under the lock_timeout
-//     the connection (or the application) configured, not under the claim's lock wait.
+//     what the twin committed, so it replays. lock_timeout is set for the transaction (so
+//     the handler's own statements run under it too; SET LOCAL lock_timeout again if they
+//     need longer).
 //   - The handler writes through Tx(ctx).
 //   - A storable response: a plain INSERT of the completed key row and COMMIT go in one
 //     round trip, before the response is sent. The primary key is the final arbiter: where

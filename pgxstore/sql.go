@@ -42,58 +42,12 @@ type queries struct {
 	lookup   string
 	replace  string
 	takeover string
-	// replaceTx and takeoverTx are replace and takeover in an atomic claim's
-	// transaction: their wait for the row bounded by the claim's lock wait, the
-	// connection's own put back before they end.
-	replaceTx  string
-	takeoverTx string
-	phase      string
-	complete   string
-	drop       string // release a key no phase committed
-	unlease    string // release a key some phase committed
-	sweep      string // DeleteExpired by ctid
-	sweepPK    string // DeleteExpired by primary key
-}
-
-// replaceSQL and takeoverSQL are the replace and takeover statements (see newQueries):
-// table, retention test, [liveExpr,] and a last condition (waitFor, or none).
-const (
-	replaceSQL = `UPDATE %[1]s SET request_hash = $3, method = $4, path = $5, state = 'started',
-	recovery_point = 'started', locked_until = now() + $7::bigint * interval '1 microsecond',
-	lease_token = $6::uuid, response_code = NULL, response_headers = NULL, response_body = NULL,
-	created_at = now(), completed_at = NULL
-WHERE scope = $1 AND idem_key = $2 AND %[2]s AND NOT %[3]s%[4]s
-RETURNING created_at`
-	takeoverSQL = `UPDATE %[1]s SET lease_token = $4::uuid,
-	locked_until = now() + $5::bigint * interval '1 microsecond'
-WHERE scope = $1 AND idem_key = $2 AND state = 'started' AND request_hash = $3
-	AND (locked_until IS NULL OR locked_until <= now()) AND NOT %[2]s%[3]s
-RETURNING recovery_point`
-)
-
-// waitFor is the condition that sets lock_timeout to parameter $n (ms) for the rest of
-// the transaction. It refers to no column, so the planner evaluates it once, before the
-// statement reads (and waits for) any row.
-func waitFor(n int) string {
-	return fmt.Sprintf(" AND set_config('lock_timeout', $%d::text, true) IS NOT NULL", n)
-}
-
-// boundedWait wraps write, a statement that sets lock_timeout (waitFor) before it waits
-// for a row and returns at most one row, whose column col it returns, so that the
-// connection's own lock_timeout is back once the write is done: the statements after it
-// (the handler's) run under their own, and only the store's wait is bounded by the
-// claim's lock wait. The connection's value is read first, in a subquery that OFFSET 0
-// keeps from being pulled up; the WHERE reads the write's result (EXISTS), which runs it
-// to completion, before either branch of the CASE puts the value back, and it keeps the
-// write's row, if any: no row when the write wrote none, as before. A wait that runs out
-// fails the statement (55P03) and the transaction with it: nothing to put back.
-func boundedWait(write, col string) string {
-	return fmt.Sprintf(`WITH ins AS (
-%[1]s
-)
-SELECT (SELECT %[2]s FROM ins) FROM (SELECT current_setting('lock_timeout') AS prev OFFSET 0) one
-WHERE CASE WHEN EXISTS (SELECT 1 FROM ins) THEN set_config('lock_timeout', one.prev, true) IS NOT NULL
-	ELSE set_config('lock_timeout', one.prev, true) IS NULL END`, write, col)
+	phase    string
+	complete string
+	drop     string // release a key no phase committed
+	unlease  string // release a key some phase committed
+	sweep    string // DeleteExpired by ctid
+	sweepPK  string // DeleteExpired by primary key
 }
 
 func newQueries(table pgx.Identifier) queries {
@@ -139,35 +93,27 @@ WHERE scope = $1 AND idem_key = $2 AND NOT EXISTS (SELECT 1 FROM ins)`, t, recor
 
 		// insert is the atomic claim: the transaction's first write, nothing else, so the
 		// first request (the common case) pays for no more than the INSERT; on a conflict
-		// lookup reads the holder. Arguments as for claim, without the retention. A twin in
-		// flight makes the INSERT wait for it, under lock_timeout $8 (ms), and the handler
-		// then runs under the connection's own: see boundedWait.
-		insert: boundedWait(fmt.Sprintf(`INSERT INTO %s (scope, idem_key, request_hash, method, path, state, recovery_point,
+		// lookup reads the holder. Arguments as for claim, without the retention.
+		insert: fmt.Sprintf(`INSERT INTO %s (scope, idem_key, request_hash, method, path, state, recovery_point,
 	locked_until, lease_token, created_at)
 SELECT $1::text, $2::text, $3::bytea, $4::text, $5::text, 'started', 'started',
 	now() + $7::bigint * interval '1 microsecond', $6::uuid, now()
 WHERE set_config('lock_timeout', $8::text, true) IS NOT NULL
 ON CONFLICT (scope, idem_key) DO NOTHING
-RETURNING true`, t), "true"),
+RETURNING true`, t),
 
 		// tryLock takes the transaction-scoped advisory lock of a key (its hash: see
 		// lockHash) without waiting, if no row holds the key: true, got it; false, a twin
 		// holds it; NULL, a row holds the key (its row lock serialises what follows, so a
-		// replay never touches the advisory lock). It never waits, so it leaves
-		// lock_timeout alone. $1 the key's hash, $2 scope, $3 key.
-		tryLock: fmt.Sprintf(`SELECT CASE WHEN EXISTS (SELECT 1 FROM %s WHERE scope = $2 AND idem_key = $3) THEN NULL
-	ELSE pg_try_advisory_xact_lock($1::bigint) END`, t),
-		// lock takes it waiting up to lock_timeout $1 (ms), and puts the connection's own
-		// lock_timeout back once it holds the lock, so the handler's statements run under
-		// theirs. CASE evaluates its branches in order: set, wait, put back. The
-		// connection's value is read in a subquery that OFFSET 0 keeps from being pulled
-		// up into the CASE, so it is read before it is changed. A wait that runs out fails
-		// the statement (55P03) and the transaction with it: nothing to put back.
-		// $1 lock_timeout (ms), $2 the key's hash.
-		lock: `SELECT CASE WHEN set_config('lock_timeout', $1::text, true) IS NULL THEN NULL
-	WHEN CAST(pg_advisory_xact_lock($2::bigint) AS text) IS NULL THEN NULL
-	ELSE set_config('lock_timeout', one.prev, true) END
-FROM (SELECT current_setting('lock_timeout') AS prev OFFSET 0) one`,
+		// replay never touches the advisory lock). lock takes it waiting up to
+		// lock_timeout. Both set lock_timeout for the rest of the transaction (the
+		// handler's statements included, as the default claim INSERT does);
+		// the target list is evaluated in order, so it is set before lock waits.
+		// $1 lock_timeout (ms), $2 the key's hash, $3 scope, $4 key.
+		tryLock: fmt.Sprintf(`SELECT set_config('lock_timeout', $1::text, true),
+	CASE WHEN EXISTS (SELECT 1 FROM %s WHERE scope = $3 AND idem_key = $4) THEN NULL
+	ELSE pg_try_advisory_xact_lock($2::bigint) END`, t),
+		lock: `SELECT set_config('lock_timeout', $1::text, true), pg_advisory_xact_lock($2::bigint)`,
 
 		// record inserts the completed key row, the one write of an atomic request, just
 		// before COMMIT. A plain INSERT: if a twin recorded the key first it fails (23505)
@@ -186,17 +132,21 @@ VALUES ($1, $2, $3, $4, $5, 'completed', $6, $7, $8, $9, now(), statement_timest
 		// absent. Conditional, so of several racers exactly one wins.
 		// $1 scope, $2 key, $3 fingerprint, $4 method, $5 path, $6 token, $7 lease (µs),
 		// $8 retention (µs).
-		// In an atomic claim's transaction (replaceTx) it waits for a racer's row lock up
-		// to lock_timeout $9 (ms).
-		replace:   fmt.Sprintf(replaceSQL, t, expired(8), liveExpr, ""),
-		replaceTx: boundedWait(fmt.Sprintf(replaceSQL, t, expired(8), liveExpr, waitFor(9)), "created_at"),
+		replace: fmt.Sprintf(`UPDATE %[1]s SET request_hash = $3, method = $4, path = $5, state = 'started',
+	recovery_point = 'started', locked_until = now() + $7::bigint * interval '1 microsecond',
+	lease_token = $6::uuid, response_code = NULL, response_headers = NULL, response_body = NULL,
+	created_at = now(), completed_at = NULL
+WHERE scope = $1 AND idem_key = $2 AND %[2]s AND NOT %[3]s
+RETURNING created_at`, t, expired(8), liveExpr),
 
 		// takeover claims a started key whose lease ran out, for the same request, with a
 		// fresh token; it keeps the recovery point. Exactly one racer wins.
 		// $1 scope, $2 key, $3 fingerprint, $4 token, $5 lease (µs), $6 retention (µs).
-		// takeoverTx, as replaceTx, with lock_timeout $7 (ms).
-		takeover:   fmt.Sprintf(takeoverSQL, t, expired(6), ""),
-		takeoverTx: boundedWait(fmt.Sprintf(takeoverSQL, t, expired(6), waitFor(7)), "recovery_point"),
+		takeover: fmt.Sprintf(`UPDATE %[1]s SET lease_token = $4::uuid,
+	locked_until = now() + $5::bigint * interval '1 microsecond'
+WHERE scope = $1 AND idem_key = $2 AND state = 'started' AND request_hash = $3
+	AND (locked_until IS NULL OR locked_until <= now()) AND NOT %[2]s
+RETURNING recovery_point`, t, expired(6)),
 
 		// phase records a recovery point and renews the lease, fenced by the token.
 		// $1 scope, $2 key, $3 token, $4 point, $5 lease (µs).

@@ -642,10 +642,10 @@ func kindOf(b *pgx.Batch) (batchKind, string, step) {
 		return k
 	}
 	switch {
-	case len(q) == 1 && len(b.QueuedQueries) == 2 && strings.HasPrefix(first.SQL, "WITH ins AS") && strings.Contains(first.SQL, "ON CONFLICT"):
+	case len(q) == 1 && len(b.QueuedQueries) == 2 && strings.HasPrefix(first.SQL, "INSERT INTO") && strings.Contains(first.SQL, "ON CONFLICT"):
 		return claimBatch, arg(first, 1), claimRowFirst
 	case len(q) == 2 && strings.Contains(first.SQL, "pg_try_advisory_xact_lock") && strings.HasPrefix(q[1].SQL, "SELECT false"):
-		return claimBatch, arg(first, 2), claimLocked
+		return claimBatch, arg(first, 3), claimLocked
 	case len(b.QueuedQueries) == 2 && strings.EqualFold(last.SQL, "commit") && strings.HasPrefix(first.SQL, "UPDATE") && strings.Contains(first.SQL, "state = 'completed'"):
 		return completeBatch, arg(first, 1), completeUpdate
 	case len(b.QueuedQueries) == 2 && strings.EqualFold(last.SQL, "commit") && strings.HasPrefix(first.SQL, "INSERT INTO") && strings.Contains(first.SQL, "'completed'"):
