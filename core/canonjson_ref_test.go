@@ -2,12 +2,8 @@ package core
 
 import (
 	"encoding/binary"
-	"errors"
-	"io"
 	"math/bits"
 	"slices"
-	"strconv"
-	"sync"
 	"unicode/utf8"
 )
 
@@ -19,40 +15,11 @@ import (
 // ordering, strings, whitespace); the helpers it left as they were (escapes, numbers,
 // key comparison, literals) are canonjson.go's own, called from here.
 //
-// This file is an RFC 8785 (JSON Canonicalization Scheme) canonicaliser built for the
-// fingerprint hot path: one pass over the input that writes the canonical text straight
-// into the caller's buffer, with no tree and no per-value allocation.
-//
-// Objects are the only values whose canonical text is not in document order. Each member
-// is written where it falls, and its span ("key":value, without the comma) is recorded.
-// An object whose keys arrive already sorted, the common case, needs nothing more. An
-// object that arrives out of order gets its member spans sorted and is marked dirty; once
-// the whole document has been read, and only if something was dirty, a second pass copies
-// the text once more, writing the members of each dirty object in sorted order. Moving
-// bytes once at the end, rather than each time an object closes, keeps the work linear in
-// the size of the input however deeply unsorted objects are nested.
-
-// refMaxJSONDepth is the deepest nesting of arrays and objects accepted.
-const refMaxJSONDepth = 1000
-
-// refMaxPooledScratch keeps the scratch state of one huge document from staying in the pool.
-const refMaxPooledScratch = 64 << 10
-
-// refErrJSONTooDeep is returned for a document nested deeper than refMaxJSONDepth.
-var refErrJSONTooDeep = errors.New("idem: canonical JSON: nested deeper than 1000 levels")
-
-// refJsonError reports why a document is not exactly one valid I-JSON value. It carries an
-// offset, never a fragment of the document: the document is a client's request body.
-type refJsonError struct {
-	msg string
-	off int
-}
-
-func (e *refJsonError) Error() string {
-	return "idem: canonical JSON: " + e.msg + " at offset " + strconv.Itoa(e.off)
-}
-
-func refJsonErr(msg string, off int) error { return &refJsonError{msg: msg, off: off} }
+// How it works: each member is written where it falls and its span recorded; an object
+// that arrives out of order gets its member spans sorted and is marked dirty, and once
+// the whole document has been read, and only if something was dirty, a second pass
+// copies the text once more, writing the members of each dirty object in sorted order.
+// The limits and the errors (maxJSONDepth, errJSONTooDeep, jsonErr) are canonjson.go's.
 
 // refCjFrame is one open array or object.
 type refCjFrame struct {
@@ -86,50 +53,16 @@ type refCanonScratch struct {
 	sorted  []refCjMember // members of closed dirty objects, in canonical order
 	objs    []refCjObject
 	tmp     []byte // the first pass's text, when a second pass is needed
-	out     []byte // refWriteCanonicalJSON's output
 }
 
-var refCanonPool = sync.Pool{New: func() any { return new(refCanonScratch) }}
-
-// refAppendCanonicalJSON appends the RFC 8785 canonical form of the JSON text src to dst.
-// It returns an error for anything that is not exactly one valid I-JSON value (trailing data, invalid UTF-8,
-// lone surrogates, duplicate object keys, numbers outside float64, nesting deeper than 1000).
-// On error the returned slice is dst, its length unchanged. dst must not overlap src.
+// refAppendCanonicalJSON appends the RFC 8785 canonical form of the JSON text src to dst,
+// as appendCanonicalJSON does; on error it returns dst unchanged.
 func refAppendCanonicalJSON(dst, src []byte) ([]byte, error) {
-	s := refCanonPool.Get().(*refCanonScratch)
-	out, err := s.canonicalise(dst, src)
-	s.release()
+	out, err := new(refCanonScratch).canonicalise(dst, src)
 	if err != nil {
 		return dst, err
 	}
 	return out, nil
-}
-
-// refWriteCanonicalJSON writes the RFC 8785 canonical form of the JSON text src to w (a
-// hash, say) in one Write, from a pooled buffer. When src is not exactly one valid I-JSON
-// value (see refAppendCanonicalJSON) it writes nothing and returns the error.
-func refWriteCanonicalJSON(w io.Writer, src []byte) error {
-	s := refCanonPool.Get().(*refCanonScratch)
-	err := s.write(w, src)
-	s.release()
-	return err
-}
-
-func (s *refCanonScratch) write(w io.Writer, src []byte) error {
-	out, err := s.canonicalise(s.out[:0], src)
-	if err != nil {
-		return err
-	}
-	s.out = out[:0]
-	_, err = w.Write(out)
-	return err
-}
-
-// release returns s to the pool unless one huge document has grown it.
-func (s *refCanonScratch) release() {
-	if cap(s.tmp)+cap(s.out) <= refMaxPooledScratch && cap(s.members)+cap(s.sorted)+cap(s.objs) <= refMaxPooledScratch/32 {
-		refCanonPool.Put(s)
-	}
 }
 
 func (s *refCanonScratch) canonicalise(dst, src []byte) ([]byte, error) {
@@ -142,12 +75,12 @@ value:
 	for {
 		// A value starts at src[i].
 		if i >= len(src) {
-			return nil, refJsonErr("unexpected end of input", i)
+			return nil, jsonErr("unexpected end of input", i)
 		}
 		switch c := src[i]; c {
 		case '{', '[':
-			if len(s.frames) == refMaxJSONDepth {
-				return nil, refErrJSONTooDeep
+			if len(s.frames) == maxJSONDepth {
+				return nil, errJSONTooDeep
 			}
 			closer := c + 2 // '}' or ']'
 			j := refSkipWS(src, i+1)
@@ -196,12 +129,12 @@ value:
 			i = refSkipWS(src, i)
 			if len(s.frames) == 0 {
 				if i != len(src) {
-					return nil, refJsonErr("data after the JSON value", i)
+					return nil, jsonErr("data after the JSON value", i)
 				}
 				break value
 			}
 			if i >= len(src) {
-				return nil, refJsonErr("unexpected end of input", i)
+				return nil, jsonErr("unexpected end of input", i)
 			}
 			f := &s.frames[len(s.frames)-1]
 			c := src[i]
@@ -217,7 +150,7 @@ value:
 					s.frames = s.frames[:len(s.frames)-1]
 					continue
 				}
-				return nil, refJsonErr("expected ',' or ']'", i)
+				return nil, jsonErr("expected ',' or ']'", i)
 			}
 			s.members[len(s.members)-1].end = len(out)
 			switch c {
@@ -235,7 +168,7 @@ value:
 				i++
 				continue
 			}
-			return nil, refJsonErr("expected ',' or '}'", i)
+			return nil, jsonErr("expected ',' or '}'", i)
 		}
 	}
 
@@ -251,7 +184,7 @@ value:
 // and leaves i at the start of the member's value.
 func (s *refCanonScratch) member(out, src []byte, i int) ([]byte, int, error) {
 	if i >= len(src) || src[i] != '"' {
-		return nil, i, refJsonErr("expected a string key", i)
+		return nil, i, jsonErr("expected a string key", i)
 	}
 	start := len(out)
 	out, i, err := refAppendJSONString(out, src, i)
@@ -264,7 +197,7 @@ func (s *refCanonScratch) member(out, src []byte, i int) ([]byte, int, error) {
 		prev := &s.members[len(s.members)-1]
 		switch cmp := compareKeys(out[prev.start+1:prev.keyEnd], out[start+1:keyEnd]); {
 		case cmp == 0:
-			return nil, i, refJsonErr("duplicate object key", i)
+			return nil, i, jsonErr("duplicate object key", i)
 		case cmp > 0:
 			f.dirty = true
 		}
@@ -272,7 +205,7 @@ func (s *refCanonScratch) member(out, src []byte, i int) ([]byte, int, error) {
 	s.members = append(s.members, refCjMember{start: start, keyEnd: keyEnd, rec: len(s.objs)})
 	i = refSkipWS(src, i)
 	if i >= len(src) || src[i] != ':' {
-		return nil, i, refJsonErr("expected ':'", i)
+		return nil, i, jsonErr("expected ':'", i)
 	}
 	out = append(out, ':')
 	return out, refSkipWS(src, i+1), nil
@@ -286,7 +219,7 @@ func (s *refCanonScratch) closeObject(out []byte, f *refCjFrame, at int) error {
 	switch {
 	case f.dirty:
 		if !refSortMembers(out, ms) {
-			return refJsonErr("duplicate object key in the object closed", at)
+			return jsonErr("duplicate object key in the object closed", at)
 		}
 		first := len(s.sorted)
 		s.sorted = append(s.sorted, ms...)
@@ -410,7 +343,7 @@ func refAppendJSONString(out, src []byte, i int) ([]byte, int, error) {
 				i++
 			}
 			if i >= len(src) {
-				return nil, i, refJsonErr("unterminated string", i)
+				return nil, i, jsonErr("unterminated string", i)
 			}
 		}
 		switch c := src[i]; {
@@ -425,11 +358,11 @@ func refAppendJSONString(out, src []byte, i int) ([]byte, int, error) {
 			}
 			start = i
 		case c < 0x20:
-			return nil, i, refJsonErr("control character in string", i)
+			return nil, i, jsonErr("control character in string", i)
 		default:
 			r, size := utf8.DecodeRune(src[i:])
 			if r == utf8.RuneError && size == 1 {
-				return nil, i, refJsonErr("invalid UTF-8", i)
+				return nil, i, jsonErr("invalid UTF-8", i)
 			}
 			i += size
 		}
