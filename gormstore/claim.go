@@ -393,9 +393,7 @@ func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, w
 	}()
 	// tx runs under the claim's own context, which claimBounded ends with ctx: no
 	// WithContext (a GORM session) per statement.
-	db := tx
-	ms := max((wait+time.Millisecond-1)/time.Millisecond, 1)
-	r, locked, err := s.claimRow(db, c, s.lockHash(c.Scope, c.Key), int64(ms))
+	r, locked, err := s.claimRow(tx, c, s.lockHash(c.Scope, c.Key), waitMillis(wait))
 	if err != nil {
 		return nil, nil, true, wrap(ctx, "claim", err)
 	}
@@ -406,7 +404,7 @@ func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, w
 		// building and callbacks (15 allocations of every first request): a GORM logger
 		// does not see it, as it does not see BEGIN and COMMIT.
 		var exists bool
-		if err := db.Statement.ConnPool.QueryRowContext(db.Statement.Context, s.existsSQL, c.Scope, c.Key).Scan(&exists); err != nil {
+		if err := tx.Statement.ConnPool.QueryRowContext(tx.Statement.Context, s.existsSQL, c.Scope, c.Key).Scan(&exists); err != nil {
 			return nil, nil, true, wrap(ctx, "claim: select", err)
 		}
 		if exists {

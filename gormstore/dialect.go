@@ -124,6 +124,12 @@ func (ts timeScanner) parse(s string) error {
 	return fmt.Errorf("gormstore: cannot read %q as a time", s)
 }
 
+// waitMillis is a lock wait in whole milliseconds, rounded up and at least 1: the unit of
+// PostgreSQL's lock_timeout and SQLite's busy_timeout, where 0 would mean no bound.
+func waitMillis(wait time.Duration) int64 {
+	return int64(max((wait+time.Millisecond-1)/time.Millisecond, 1))
+}
+
 // setLockWait bounds how long the statements of a claim transaction wait for a row (or, on
 // SQLite, the database) held by another transaction. It returns restore, which puts the
 // connection's own setting back:
@@ -138,10 +144,9 @@ func (s *Store) setLockWait(ctx context.Context, tx *gorm.DB, wait time.Duration
 	db := tx.WithContext(ctx)
 	switch s.dialect {
 	case postgres:
-		ms := (wait + time.Millisecond - 1) / time.Millisecond
 		var prev, set string
 		if err := scanOne(db.Raw("SELECT current_setting('lock_timeout'), set_config('lock_timeout', ?, true)",
-			fmt.Sprintf("%dms", max(ms, 1))), &prev, &set); err != nil {
+			fmt.Sprintf("%dms", waitMillis(wait))), &prev, &set); err != nil {
 			return nil, err
 		}
 		return func() error {
@@ -160,8 +165,7 @@ func (s *Store) setLockWait(ctx context.Context, tx *gorm.DB, wait time.Duration
 		if err := scanOne(db.Raw("PRAGMA busy_timeout"), &prev); err != nil {
 			return nil, err
 		}
-		ms := max((wait+time.Millisecond-1)/time.Millisecond, 1)
-		if err := db.Exec(fmt.Sprintf("PRAGMA busy_timeout = %d", ms)).Error; err != nil {
+		if err := db.Exec(fmt.Sprintf("PRAGMA busy_timeout = %d", waitMillis(wait))).Error; err != nil {
 			return nil, err
 		}
 		return func() error {
