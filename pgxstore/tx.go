@@ -90,8 +90,7 @@ type slot struct {
 
 	mu     sync.Mutex
 	inner  pgx.Tx
-	wrap   *handlerTx // &own once handed out
-	own    handlerTx
+	wrap   handlerTx // what the handler is handed (wrap.inner set once it is)
 	closed bool
 }
 
@@ -101,8 +100,8 @@ func (s *slot) tx(ctx context.Context) (pgx.Tx, error) {
 	if s.closed {
 		return nil, errSlotClosed
 	}
-	if s.wrap != nil {
-		return s.wrap, nil
+	if s.wrap.inner != nil {
+		return &s.wrap, nil
 	}
 	if s.inner == nil {
 		inner, err := s.open(ctx)
@@ -111,9 +110,8 @@ func (s *slot) tx(ctx context.Context) (pgx.Tx, error) {
 		}
 		s.inner = inner
 	}
-	s.own.inner = s.inner
-	s.wrap = &s.own
-	return s.wrap, nil
+	s.wrap.inner = s.inner
+	return &s.wrap, nil
 }
 
 // isOpen reports whether the slot holds a transaction begun on demand.
@@ -131,9 +129,7 @@ func (s *slot) take() pgx.Tx {
 		return nil
 	}
 	s.closed = true
-	if s.wrap != nil {
-		s.wrap.closed.Store(true)
-	}
+	s.wrap.closed.Store(true) // a handler holding it is refused from now on
 	return s.inner
 }
 
