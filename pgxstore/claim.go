@@ -312,8 +312,7 @@ func (s *Store) claimRowFirst(ctx context.Context, c storage.Claim, wait time.Du
 		return nil, res.rec, nil
 	}
 	l.point, l.takenOver = res.point, res.takenOver
-	l.own.inner = l.tx
-	l.slot = &l.own
+	l.slot.inner = l.tx
 	return l, nil, nil
 }
 
@@ -403,8 +402,7 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 	}
 	if !found {
 		l.pending, l.point = true, storage.RecoveryStarted
-		l.own.inner = l.tx
-		l.slot = &l.own
+		l.slot.inner = l.tx
 		return l, nil, nil
 	}
 	// A row holds the key: report it, or replace or take it over in this transaction
@@ -429,8 +427,7 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 		return nil, res.rec, nil
 	}
 	l.point, l.takenOver, l.pending = res.point, res.takenOver, res.pending
-	l.own.inner = l.tx
-	l.slot = &l.own
+	l.slot.inner = l.tx
 	return l, nil, nil
 }
 

@@ -70,7 +70,6 @@ type atomicLock struct {
 	point        string
 	takenOver    bool
 	tx           pgx.Tx // the claim's transaction
-	slot         *slot  // hands tx to the handler
 	// held is the connection tx runs on when the store has one to itself (a pool or a
 	// *pgx.Conn): Complete then sends the completion and COMMIT in one round trip.
 	held
@@ -78,17 +77,17 @@ type atomicLock struct {
 	timeout time.Duration // bounds Complete (storage.Claim.Timeout)
 	// Allocated with the lock: the claim's scope and key boxed once for its statements
 	// and the completion's, the row the claim read, the batch of each round trip, and
-	// the slot.
+	// the slot that hands tx to the handler.
 	scopeArg, keyArg any
 	row              claimRow
 	batch            batch
-	own              slot
+	slot             slot
 }
 
 var _ storage.Lock = (*atomicLock)(nil)
 
 func (l *atomicLock) Context(ctx context.Context) context.Context {
-	return context.WithValue(ctx, ctxKey{}, l.slot)
+	return context.WithValue(ctx, ctxKey{}, &l.slot)
 }
 
 func (l *atomicLock) RecoveryPoint() string { return l.point }
