@@ -54,11 +54,15 @@ func statementLabel(sql string) string {
 		return s
 	case strings.Contains(s, "pg_try_advisory_xact_lock"):
 		return "claim"
+	case strings.Contains(s, "set_config('lock_timeout'"):
+		return "lock wait"
 	case strings.HasPrefix(s, "select exists"):
 		return "look again"
 	case strings.HasPrefix(s, "insert into") && strings.Contains(s, "orders"):
 		return "orders"
-	case strings.HasPrefix(s, "insert into"):
+	case strings.HasPrefix(s, "insert into") && strings.Contains(s, "on conflict"):
+		return "claim row"
+	case strings.HasPrefix(s, "insert into"), strings.HasPrefix(s, "update"):
 		return "record"
 	case strings.HasPrefix(s, "select"):
 		return "select"
@@ -73,7 +77,9 @@ func statementLabel(sql string) string {
 // more than a bare transaction with its key row (BEGIN, INSERT, INSERT, COMMIT). A replay
 // is BEGIN, the claim statement (which returns the completed row and leaves the lock
 // alone), ROLLBACK: no write. WithLookupFirst replays with one statement outside a
-// transaction, and pays for it on the first request.
+// transaction, and pays for it on the first request. WithClaimRowFirst sets the lock wait
+// for the transaction, handler included, and claims with the started row; nothing puts
+// the lock wait back, since it ends with the transaction.
 func TestStatementBudget(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -89,6 +95,11 @@ func TestStatementBudget(t *testing.T) {
 		opts:   []gormstore.Option{gormstore.WithLookupFirst()},
 		first:  []string{"select", "begin", "claim", "look again", "orders", "record", "commit"},
 		replay: []string{"select"},
+	}, {
+		name:   "WithClaimRowFirst",
+		opts:   []gormstore.Option{gormstore.WithClaimRowFirst()},
+		first:  []string{"begin", "lock wait", "claim row", "orders", "record", "commit"},
+		replay: []string{"begin", "lock wait", "claim row", "select", "rollback"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -47,7 +47,10 @@ var errRetry = errors.New("gormstore: claim raced, retrying")
 //     completes, so any other claim waits for it, up to its lock wait.
 //
 // In atomic mode the returned lock's transaction is bound to ctx: if ctx ends before
-// Complete, the transaction rolls back.
+// Complete, the transaction rolls back. On PostgreSQL lock_timeout stays c.LockWait for
+// the rest of that transaction, so a handler's statement that waits for a row lock fails
+// after it (55P03); on MySQL/MariaDB and SQLite the connection's own setting is back
+// before the handler runs.
 func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
 	switch c.Mode {
 	case storage.ModeAtomic, storage.ModePhased:
@@ -127,6 +130,7 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim, wait time.D
 	if err != nil {
 		return nil, nil, wrap(ctx, "claim: begin", err)
 	}
+	restore := noRestore
 	if s.singleWrite(c) {
 		l, rec, done, err := s.claimLocked(ctx, tx, c, wait)
 		switch {
@@ -136,10 +140,9 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim, wait time.D
 			return l, nil, err
 		}
 		// A row holds the key, or the transaction is not at READ COMMITTED: the claim
-		// below writes or locks the row in this transaction.
-	}
-	restore, err := s.setLockWait(ctx, tx, wait)
-	if err != nil {
+		// below writes or locks the row in this transaction, under the lock wait the claim
+		// statement set for the transaction.
+	} else if restore, err = s.setLockWait(ctx, tx, wait); err != nil {
 		tx.Rollback()
 		return nil, nil, wrap(ctx, "claim: lock wait", err)
 	}
@@ -148,9 +151,7 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim, wait time.D
 		if claimed {
 			return
 		}
-		if s.dialect != postgres { // SET LOCAL ends with the transaction; the others do not
-			_ = restore()
-		}
+		_ = restore()
 		tx.Rollback()
 	}()
 
@@ -213,25 +214,22 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim, wait time.D
 	}
 }
 
-// hold turns the claim's transaction into a lock: atomic, it stays open for the handler
-// with the connection's own lock wait back; phased, it commits.
+// hold turns the claim's transaction into a lock: atomic, it stays open for the handler;
+// phased, it commits. Either way restore first puts back the connection's own lock wait
+// where the setting outlives the transaction (MySQL/MariaDB, SQLite); on PostgreSQL the
+// lock wait is the transaction's, so an atomic handler's statements run under it too.
 func (s *Store) hold(ctx context.Context, tx *gorm.DB, restore func() error, c storage.Claim, token any, point string, takenOver bool) (*lock, error) {
 	l := &lock{
 		s: s, mode: c.Mode, scope: c.Scope, key: c.Key, token: token, lease: c.Lease, timeout: c.Timeout,
 		initial: point, point: point, progress: point != storage.RecoveryStarted, takenOver: takenOver,
 	}
+	if err := restore(); err != nil {
+		return nil, wrap(ctx, "claim: restore lock wait", err)
+	}
 	if c.Mode == storage.ModeAtomic {
-		if err := restore(); err != nil {
-			return nil, wrap(ctx, "claim: restore lock wait", err)
-		}
 		l.tx = s.guard(tx) // the handler's from here on
 		l.held = &holder{tx: l.tx, base: s.db}
 		return l, nil
-	}
-	if s.dialect != postgres {
-		if err := restore(); err != nil {
-			return nil, wrap(ctx, "claim: restore lock wait", err)
-		}
 	}
 	if err := tx.Commit().Error; err != nil {
 		return nil, wrap(ctx, "claim: commit", err)
@@ -334,35 +332,35 @@ func (s *Store) singleWrite(c storage.Claim) bool {
 		(s.iso == sql.LevelDefault || s.iso == sql.LevelReadCommitted)
 }
 
-// claimSQL is the one statement of claimLocked. It returns no row when no row holds the
-// key and the key's transaction-scoped advisory lock was free: it is now this
-// transaction's (pg_try_advisory_xact_lock), the first request's usual case, which then
-// costs no columns to decode. Otherwise it returns one row: found, the key's row if one
-// holds it, the database's clock, and locked:
+// claimSQL is the one statement of claimLocked. It first sets lock_timeout to the given
+// lock wait in milliseconds for the transaction (set_config(…, true), that is SET LOCAL,
+// whatever the rest finds), so the handler's own statements run under it too, as in
+// pgxstore; a handler that needs longer sets lock_timeout again. It returns no row when
+// no row holds the key and the key's transaction-scoped advisory lock was free: it is now
+// this transaction's (pg_try_advisory_xact_lock), the first request's usual case, which
+// then costs no columns to decode. Otherwise it returns one row: found, the key's row if
+// one holds it, the database's clock, and locked:
 //
 //   - found, locked NULL: a row holds the key; the lock was not touched;
 //   - not found, locked NULL: the transaction is not at READ COMMITTED (the first
 //     argument true skips that check: WithIsolation named the level); not touched either;
-//   - not found, locked false: a twin held the lock; the statement waited for it under
-//     the given lock_timeout in milliseconds (SET LOCAL, put back to the transaction's own before the
-//     statement ends) and it is now this transaction's. A wait that runs out fails the
-//     statement (55P03).
+//   - not found, locked false: a twin held the lock; the statement waited for it, bounded
+//     by that lock_timeout, and it is now this transaction's. A wait that runs out fails
+//     the statement (55P03).
 //
-// CASE evaluates its branches in order and only those it needs, so the lock is asked for
-// only when no row holds the key, and the wait and the two set_config calls happen in that
-// order; the connection's lock_timeout is read in a subquery that OFFSET 0 keeps from
-// being pulled up into the CASE, so it is read before it is changed.
+// lock_timeout is set in the one-row subquery the key's row is joined to, which OFFSET 0
+// keeps from being pulled up: it is evaluated once, before the WHERE clause. CASE
+// evaluates its branches in order and only those it needs, so the lock is asked for only
+// when no row holds the key, and waited for only when a twin holds it.
 func claimSQL(quoted string) string {
 	return "SELECT k.scope IS NOT NULL, k.request_hash, COALESCE(k.method, ''), COALESCE(k.path, ''), " +
 		"COALESCE(k.state, ''), COALESCE(k.recovery_point, ''), k.locked_until, k.response_code, k.response_headers, " +
 		"k.response_body, k.created_at, k.completed_at, statement_timestamp(), " +
 		"CASE WHEN k.scope IS NOT NULL OR NOT (CAST(? AS boolean) OR current_setting('transaction_isolation') = 'read committed') THEN NULL ELSE false END " +
-		"FROM (SELECT current_setting('lock_timeout') AS prev OFFSET 0) one LEFT JOIN " + quoted + " k ON k.scope = ? AND k.idem_key = ? " +
+		"FROM (SELECT set_config('lock_timeout', CAST(? AS bigint) || 'ms', true) OFFSET 0) one LEFT JOIN " + quoted + " k ON k.scope = ? AND k.idem_key = ? " +
 		"WHERE CASE WHEN k.scope IS NOT NULL OR NOT (CAST(? AS boolean) OR current_setting('transaction_isolation') = 'read committed') THEN true " +
 		"WHEN pg_try_advisory_xact_lock(?) THEN false " +
-		"WHEN set_config('lock_timeout', CAST(? AS bigint) || 'ms', true) IS NULL THEN true " +
 		"WHEN CAST(pg_advisory_xact_lock(?) AS text) IS NULL THEN true " +
-		"WHEN set_config('lock_timeout', one.prev, true) IS NULL THEN true " +
 		"ELSE true END"
 }
 
@@ -435,7 +433,7 @@ func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, w
 func (s *Store) claimRow(db *gorm.DB, c storage.Claim, hash, lockTimeoutMS int64) (*row, bool, error) {
 	rc := s.iso == sql.LevelReadCommitted
 	h := any(hash) // boxed once, sent twice
-	rows, err := db.Raw(s.claimSQL, rc, c.Scope, c.Key, rc, h, lockTimeoutMS, h).Rows()
+	rows, err := db.Raw(s.claimSQL, rc, lockTimeoutMS, c.Scope, c.Key, rc, h, h).Rows()
 	if err != nil {
 		return nil, false, err
 	}

@@ -131,27 +131,21 @@ func waitMillis(wait time.Duration) int64 {
 }
 
 // setLockWait bounds how long the statements of a claim transaction wait for a row (or, on
-// SQLite, the database) held by another transaction. It returns restore, which puts the
-// connection's own setting back:
+// SQLite, the database) held by another transaction. It returns restore, which puts back
+// the connection's own setting where the setting outlives the transaction:
 //
-//   - PostgreSQL: set_config('lock_timeout', …, true), that is SET LOCAL: it ends with the
-//     transaction anyway; restore only matters when the transaction goes on to the handler.
+//   - PostgreSQL: set_config('lock_timeout', …, true), that is SET LOCAL: lock_timeout is
+//     set for the transaction, so in atomic mode the handler's own statements run under it
+//     too (as in pgxstore), and it ends with the transaction. restore does nothing.
 //   - MySQL/MariaDB: innodb_lock_wait_timeout exists per session only, in whole seconds
 //     (rounded up, at least 1). The connection goes back to the pool after the transaction,
-//     so restore must run before it ends.
+//     so restore must run before it ends; the store runs it before the handler.
 //   - SQLite: busy_timeout is per connection, in milliseconds; same as MySQL.
 func (s *Store) setLockWait(ctx context.Context, tx *gorm.DB, wait time.Duration) (restore func() error, err error) {
 	db := tx.WithContext(ctx)
 	switch s.dialect {
 	case postgres:
-		var prev, set string
-		if err := scanOne(db.Raw("SELECT current_setting('lock_timeout'), set_config('lock_timeout', ?, true)",
-			fmt.Sprintf("%dms", waitMillis(wait))), &prev, &set); err != nil {
-			return nil, err
-		}
-		return func() error {
-			return db.Exec("SELECT set_config('lock_timeout', ?, true)", prev).Error
-		}, nil
+		return noRestore, db.Exec("SELECT set_config('lock_timeout', CAST(? AS bigint) || 'ms', true)", waitMillis(wait)).Error
 	case mariadb:
 		secs := max((wait+time.Second-1)/time.Second, 1)
 		if err := db.Exec(fmt.Sprintf("SET @idem_lock_wait = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = %d", secs)).Error; err != nil {
@@ -173,6 +167,9 @@ func (s *Store) setLockWait(ctx context.Context, tx *gorm.DB, wait time.Duration
 		}, nil
 	}
 }
+
+// noRestore is the restore of a lock wait that ends with its transaction: PostgreSQL's.
+func noRestore() error { return nil }
 
 // scanOne runs a query expected to return one row and scans it.
 func scanOne(q *gorm.DB, dest ...any) error {

@@ -58,8 +58,8 @@
 // statement's snapshot predates the lock. Complete INSERTs the completed row with the
 // response just before COMMIT, the request's one write to the key table. A twin in
 // flight holds the lock: a twin waits for it inside the same statement
-// (pg_advisory_xact_lock under a lock_timeout set for the wait only; expiry 409), then
-// looks again and replays. A row that holds the key is reported from the claim statement's
+// (pg_advisory_xact_lock, bounded by lock_timeout; expiry 409), then looks again and
+// replays. A row that holds the key is reported from the claim statement's
 // read (a replay writes nothing), or replaced or taken over as below. The primary key is
 // the final arbiter: where advisory locks do not lock (some distributed engines accept
 // the call and do nothing), a twin runs its handler too and its INSERT fails on the key:
@@ -69,10 +69,19 @@
 //
 // Otherwise (WithClaimRowFirst, REPEATABLE READ, SERIALIZABLE, phased mode) the claim is
 // INSERT … ON CONFLICT DO NOTHING (clause.OnConflict), then SELECT … FOR UPDATE on a
-// conflict. A twin in flight makes the INSERT wait; set_config('lock_timeout',
-// …, true) (SET LOCAL) bounds that wait, and its expiry (55P03, or 57014 from a
-// statement_timeout) is storage.ErrInProgress: 409. The setting is put back before the
-// handler runs, so the handler's statements keep the connection's own lock_timeout.
+// conflict. A twin in flight makes the INSERT wait, bounded by lock_timeout; its expiry
+// (55P03, or 57014 from a statement_timeout) is storage.ErrInProgress: 409.
+//
+// Either way the claim sets lock_timeout to the lock wait (core.Config.LockWait) with
+// set_config('lock_timeout', …, true), that is SET LOCAL: in atomic mode lock_timeout is
+// set for the transaction (so the handler's own statements run under it too; SET LOCAL
+// lock_timeout again if they need longer), as in pgxstore. A handler's statement that
+// waits longer for a row another transaction holds fails with 55P03 (the store does not
+// see it: the handler answers it, a 503 + Retry-After say, and a 5xx rolls everything
+// back, nothing recorded). In phased mode the claim's transaction commits
+// before the handler runs, and phases and the final transaction keep the connection's
+// own lock_timeout.
+//
 // Serialization failures and deadlocks (40001, 40P01) are storage.ErrTransient: 503. At
 // REPEATABLE READ (WithIsolation) a twin that waited for a transaction that committed
 // gets one; the store retries the claim (nothing of the request has run yet), and it
@@ -91,7 +100,8 @@
 // by innodb_lock_wait_timeout, which exists per session only and in whole seconds: the
 // store sets it (the lock wait rounded up, at least 1s) for the claim and puts the
 // session's value back before the handler runs and before the connection returns to the
-// pool. Its expiry (1205) is storage.ErrInProgress; a deadlock (1213) is storage.ErrTransient,
+// pool: unlike on PostgreSQL, the handler's statements wait up to the session's own.
+// Its expiry (1205) is storage.ErrInProgress; a deadlock (1213) is storage.ErrTransient,
 // after the claim was retried. Gap locks at REPEATABLE READ can make concurrent claims of
 // new keys deadlock: that is the retried case. A deadlock in the handler rolls InnoDB's
 // whole transaction back, claim included: the store then refuses the handler's later
