@@ -66,9 +66,8 @@ type record struct {
 	lockedUntil int64 // Unix nanoseconds: the lease's end while started, 0 once completed
 	completedAt int64 // Unix nanoseconds, 0 until completed
 
-	completed bool
-	status    int
-	response  []byte // the completed response's header and body (appendResponse)
+	status   int
+	response []byte // the completed response's header and body (appendResponse); nil while started
 
 	// replayed is the completed key as replays get it, built by the first one: most
 	// keys are never replayed, and a record with its header map costs five allocations
@@ -95,7 +94,7 @@ func unixTime(ns int64) time.Time {
 // report returns the record as a claim of key k reports it.
 func (r *record) report(k id) storage.Record {
 	state := storage.StateStarted
-	if r.completed {
+	if r.completed() {
 		state = storage.StateCompleted
 	}
 	return storage.Record{Scope: k.scope, Key: k.key, Fingerprint: r.fp, Method: r.method, Path: r.path,
@@ -119,7 +118,10 @@ func (r *record) replay(k id) *storage.Record {
 }
 
 // live reports whether r is a started key whose lease has not run out at now.
-func (r *record) live(now int64) bool { return !r.completed && now < r.lockedUntil }
+func (r *record) live(now int64) bool { return !r.completed() && now < r.lockedUntil }
+
+// completed reports whether r's key has a recorded response.
+func (r *record) completed() bool { return r.response != nil }
 
 // absent reports whether r counts as absent at now for a claim with the given retention:
 // created longer ago than retention and not held by a live lease. A retention of zero or
@@ -234,7 +236,7 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 		r.fp = r.keep(c.Fingerprint)
 		sh.keys[k] = r
 		return s.take(sh, k, r, now, lease, false), nil, nil
-	case r.completed:
+	case r.completed():
 		return nil, r.replay(k), nil
 	case r.live(now) || !bytes.Equal(r.fp, c.Fingerprint):
 		return nil, r.started(k), nil
@@ -365,7 +367,7 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 		return fmt.Errorf("memstore: complete: %w", storage.ErrLeaseLost)
 	}
 	rec := l.r
-	rec.completed, rec.status, rec.response = true, r.Status, response
+	rec.status, rec.response = r.Status, response
 	rec.lockedUntil, rec.completedAt = 0, l.s.now().UnixNano()
 	rec.owner = nil
 	l.ended = true

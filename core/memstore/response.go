@@ -18,7 +18,7 @@ import (
 // standing for nil: so a nil header, a nil value slice and a nil body come back nil, and
 // empty ones empty. The body comes first, so that the header's text is the slab's tail.
 
-// appendResponse appends the slab of h and body to b.
+// appendResponse appends the slab of h and body to b. The slab is never empty.
 func appendResponse(b []byte, h http.Header, body []byte) []byte {
 	values := 0
 	for _, vs := range h {
