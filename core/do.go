@@ -105,8 +105,7 @@ func (e *Engine) doHeld(ctx context.Context, c *call, rec *storage.Record) ([]by
 func (e *Engine) doRun(ctx context.Context, c *call, lock storage.Lock, fn func(context.Context) ([]byte, error)) ([]byte, bool, error) {
 	e.observe(ctx, c, e.started(ctx, c, lock), 0, nil)
 
-	rn := new(run)
-	rn.start(ctx, c.Scope, c.Key, lock, nil)
+	rn := newRun(ctx, c.Scope, c.Key, lock, nil)
 	var (
 		result []byte
 		ferr   error

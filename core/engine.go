@@ -26,20 +26,16 @@ type Engine struct {
 	replay  []string // canonical ReplayHeaders
 	// retention is the store's, read once: claims and the sweeper agree on it.
 	retention time.Duration
-	// defaultFingerprint: Config.Fingerprint was left to the default, which the engine
-	// computes into the request's run instead of a slice of its own.
-	defaultFingerprint bool
 }
 
 // New returns an Engine for cfg, with defaults applied to its zero fields. It fails with
 // an error wrapping ErrInvalidConfig that names the bad field.
 func New(cfg Config) (*Engine, error) {
-	defaultFingerprint := cfg.Fingerprint == nil
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, mode: cfg.Mode, header: http.CanonicalHeaderKey(cfg.HeaderName), methods: cfg.Methods, retention: cfg.Store.Retention(), defaultFingerprint: defaultFingerprint}
+	e := &Engine{cfg: cfg, mode: cfg.Mode, header: http.CanonicalHeaderKey(cfg.HeaderName), methods: cfg.Methods, retention: cfg.Store.Retention()}
 	if e.mode == ModeDefault {
 		e.mode = ModePhased
 		if cfg.Store.SupportsAtomic() {
@@ -130,8 +126,7 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 			return false, body
 		}
 	}
-	rn := new(run)
-	fp, err := e.fingerprint(rn.digest[:0], r, body.Bytes())
+	fp, err := e.cfg.Fingerprint(r, body.Bytes())
 	if err != nil {
 		e.reject(w, r, c, e.newProblem(ProblemBodyUnreadable, "The request could not be fingerprinted.", err))
 		return false, body
@@ -148,18 +143,9 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 		e.answer(w, r, c, rec)
 		return false, body
 	default:
-		e.execute(w, r, c, lock, rn, body.Bytes(), next)
+		e.execute(w, r, c, lock, body.Bytes(), next)
 		return true, body
 	}
-}
-
-// fingerprint returns r's fingerprint (Config.Fingerprint), in fp's room when it is the
-// default's.
-func (e *Engine) fingerprint(fp []byte, r *http.Request, body []byte) ([]byte, error) {
-	if e.defaultFingerprint {
-		return fingerprint(fp, r, body, nil), nil
-	}
-	return e.cfg.Fingerprint(r, body)
 }
 
 // findKey returns the request's key from Config.Key; body is nil unless the key is in it.
@@ -283,12 +269,12 @@ func (e *Engine) replayResponse(w http.ResponseWriter, r *http.Request, c *call,
 	e.observe(r.Context(), c, OutcomeReplayed, resp.Status, nil)
 }
 
-// execute runs the handler under lock, with rn as its state, and records its outcome
-// before anything reaches the client.
-func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c *call, lock storage.Lock, rn *run, body []byte, next func(*Buffer, *http.Request)) {
+// execute runs the handler under lock and records its outcome before anything reaches
+// the client.
+func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c *call, lock storage.Lock, body []byte, next func(*Buffer, *http.Request)) {
 	e.observe(r.Context(), c, e.started(r.Context(), c, lock), 0, nil)
 
-	rn.start(r.Context(), c.Scope, c.Key, lock, body)
+	rn := newRun(r.Context(), c.Scope, c.Key, lock, body)
 	op := &rn.op
 	r2 := r.WithContext(lock.Context(rn))
 	if r.Body != nil && r.Body != http.NoBody {

@@ -30,7 +30,7 @@ var hasherPool = sync.Pool{New: func() any { return &hasher{buf: make([]byte, 0,
 // numbers compare as IEEE 754 doubles: integers beyond 2^53 that round to the same double
 // (9007199254740993 and 9007199254740992) are the same payload.
 func Fingerprint(r *http.Request, body []byte) ([]byte, error) {
-	return fingerprint(make([]byte, 0, sha256.Size), r, body, nil), nil
+	return fingerprint(r, body, nil)
 }
 
 // FingerprintWithHeaders returns a FingerprintFunc that also covers the named request
@@ -41,12 +41,11 @@ func FingerprintWithHeaders(names ...string) FingerprintFunc {
 		canon[i] = http.CanonicalHeaderKey(n)
 	}
 	return func(r *http.Request, body []byte) ([]byte, error) {
-		return fingerprint(make([]byte, 0, sha256.Size), r, body, canon), nil
+		return fingerprint(r, body, canon)
 	}
 }
 
-// fingerprint appends the fingerprint of r, its body and the named headers to fp.
-func fingerprint(fp []byte, r *http.Request, body []byte, headers []string) []byte {
+func fingerprint(r *http.Request, body []byte, headers []string) ([]byte, error) {
 	st := hasherPool.Get().(*hasher)
 	b := appendField(st.buf[:0], r.Method)
 	b = appendField(b, r.URL.Path)
@@ -62,6 +61,7 @@ func fingerprint(fp []byte, r *http.Request, body []byte, headers []string) []by
 		}
 	}
 	b = append(b, 0xff) // end of the head; the body follows
+	fp := make([]byte, 0, sha256.Size)
 	if cb, ok := st.canonicalBody(b, body); ok {
 		// The common case: head and canonical body in one buffer, hashed in one call
 		// with the digest on the stack.
@@ -80,7 +80,7 @@ func fingerprint(fp []byte, r *http.Request, body []byte, headers []string) []by
 		st.buf = b[:0]
 		hasherPool.Put(st)
 	}
-	return fp
+	return fp, nil
 }
 
 // canonicalBody appends the canonical form of body to b when body is one JSON value.

@@ -25,24 +25,23 @@ type Operation struct {
 	leaseErr error
 }
 
-// run is the per-request state of a keyed request, in one allocation: the room for its
-// fingerprint and, once it executes, the context the handler gets (its parent plus the
-// Operation), the Operation, and the replayable request body.
+// run is the per-request state of an executing operation, in one allocation: the
+// context the handler gets (its parent plus the Operation), the Operation, and the
+// replayable request body.
 type run struct {
 	context.Context
-	op     Operation
-	body   bytes.Reader
-	digest [sha256.Size]byte // the default fingerprint's room; stores may keep a slice of it
+	op   Operation
+	body bytes.Reader
 }
 
-// start makes rn the state of an operation that executes under lock.
-func (rn *run) start(parent context.Context, scope, key string, lock storage.Lock, body []byte) {
-	rn.Context = parent
+func newRun(parent context.Context, scope, key string, lock storage.Lock, body []byte) *run {
+	rn := &run{Context: parent}
 	rn.op = Operation{key: key, scope: scope, lock: lock, point: lock.RecoveryPoint(), resumed: lock.TakenOver()}
 	if rn.op.point != storage.RecoveryStarted {
 		rn.op.resume = rn.op.point
 	}
 	rn.body.Reset(body)
+	return rn
 }
 
 // Value answers the Operation for its key and defers everything else to the parent.
