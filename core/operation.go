@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/idemkit/idem/core/storage"
 )
@@ -34,14 +35,27 @@ type run struct {
 	body bytes.Reader
 }
 
+// requestRun is the run of an HTTP request, with the request the handler gets: the
+// original's copy with the run's context.
+type requestRun struct {
+	run
+	req http.Request
+}
+
 func newRun(parent context.Context, scope, key string, lock storage.Lock, body []byte) *run {
-	rn := &run{Context: parent}
+	rn := new(run)
+	rn.start(parent, scope, key, lock, body)
+	return rn
+}
+
+// start makes rn the state of an operation that runs under lock.
+func (rn *run) start(parent context.Context, scope, key string, lock storage.Lock, body []byte) {
+	rn.Context = parent
 	rn.op = Operation{key: key, scope: scope, lock: lock, point: lock.RecoveryPoint(), resumed: lock.TakenOver()}
 	if rn.op.point != storage.RecoveryStarted {
 		rn.op.resume = rn.op.point
 	}
 	rn.body.Reset(body)
-	return rn
 }
 
 // Value answers the Operation for its key and defers everything else to the parent.
