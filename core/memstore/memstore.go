@@ -99,7 +99,7 @@ func (r *record) report(k id) storage.Record {
 	}
 	return storage.Record{Scope: k.scope, Key: k.key, Fingerprint: r.fp, Method: r.method, Path: r.path,
 		State: state, RecoveryPoint: r.point, LockedUntil: unixTime(r.lockedUntil),
-		CreatedAt: unixTime(r.created), CompletedAt: unixTime(r.completedAt)}
+		CreatedAt: time.Unix(0, r.created), CompletedAt: unixTime(r.completedAt)}
 }
 
 // replay returns the completed key k's record, building it for the first replay. The
@@ -141,7 +141,9 @@ type Option func(*Store)
 
 // WithClock makes the store read the time from now instead of time.Now, so tests can
 // move through leases and retention without sleeping. now must be safe for concurrent
-// use. A nil now keeps time.Now.
+// use. A nil now keeps time.Now. The store keeps times as Unix nanoseconds: records
+// report the same instants in the local time zone, and now must stay within the years
+// 1678 to 2262.
 func WithClock(now func() time.Time) Option {
 	return func(s *Store) {
 		if now != nil {
@@ -276,7 +278,7 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) 
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, r := range sh.keys {
-			if unixTime(r.created).Before(before) && !r.live(now) {
+			if time.Unix(0, r.created).Before(before) && !r.live(now) {
 				found = append(found, candidate{sh, k, r, r.created})
 			}
 		}
