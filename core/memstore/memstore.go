@@ -45,7 +45,7 @@ type id struct{ scope, key string }
 
 // record is one stored key. It keeps what a claim reports and, once completed, the
 // response, in as few bytes and pointers as stay readable: times as Unix nanoseconds, the
-// response's header and body in one byte slab (see appendResponse), and the lock only
+// response's header and body in one byte slab (see newResponse), and the lock only
 // while the key is started. All fields are guarded by the shard's mutex, except that a
 // completed key's replayed record and what it points to are never changed once a replay
 // has been handed it.
@@ -67,7 +67,7 @@ type record struct {
 	completedAt int64 // Unix nanoseconds, 0 until completed
 
 	status   int
-	response []byte // the completed response's header and body (appendResponse); nil while started
+	response []byte // the completed response's header and body (newResponse); nil while started
 
 	// replayed is the completed key as replays get it, built by the first one: most
 	// keys are never replayed, and a record with its header map costs five allocations
@@ -362,7 +362,7 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	if r == nil {
 		return errors.New("memstore: complete: nil response")
 	}
-	response := appendResponse(make([]byte, 0, responseSize(r.Header, r.Body)), r.Header, r.Body)
+	response := newResponse(r.Header, r.Body)
 	l.sh.mu.Lock()
 	defer l.sh.mu.Unlock()
 	if !l.held() {

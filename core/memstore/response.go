@@ -18,12 +18,21 @@ import (
 // standing for nil: so a nil header, a nil value slice and a nil body come back nil, and
 // empty ones empty. The body comes first, so that the header's text is the slab's tail.
 
-// appendResponse appends the slab of h and body to b. The slab is never empty.
-func appendResponse(b []byte, h http.Header, body []byte) []byte {
+// newResponse returns the slab of h and body, in an allocation of its exact size. It is
+// never empty.
+func newResponse(h http.Header, body []byte) []byte {
 	values := 0
-	for _, vs := range h {
+	size := countSize(len(body)) + len(body) + countSize(len(h))
+	for name, vs := range h {
 		values += len(vs)
+		size += textSize(name) + countSize(len(vs))
+		for _, v := range vs {
+			size += textSize(v)
+		}
 	}
+	size += uvarintSize(uint64(values))
+
+	b := make([]byte, 0, size)
 	b = appendCount(b, len(body), body == nil)
 	b = append(b, body...)
 	b = appendCount(b, len(h), h == nil)
@@ -36,21 +45,6 @@ func appendResponse(b []byte, h http.Header, body []byte) []byte {
 		}
 	}
 	return b
-}
-
-// responseSize is the exact length of the slab of h and body, so that it is allocated
-// once and keeps no spare room.
-func responseSize(h http.Header, body []byte) int {
-	values := 0
-	n := countSize(len(body)) + len(body) + countSize(len(h))
-	for name, vs := range h {
-		values += len(vs)
-		n += textSize(name) + countSize(len(vs))
-		for _, v := range vs {
-			n += textSize(v)
-		}
-	}
-	return n + uvarintSize(uint64(values))
 }
 
 func uvarintSize(x uint64) int {
@@ -73,7 +67,7 @@ func appendText(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// readResponse returns the response of status and slab b. Its body is b's own bytes;
+// readResponse returns the response of status and slab b (newResponse). Its body is b's own bytes;
 // its header's names and values share one copy of the header's text, and its value
 // slices one backing array, each capped so that a reader's append cannot reach the next
 // name's values.
@@ -110,7 +104,7 @@ func readResponse(status int, b []byte) storage.Response {
 	return resp
 }
 
-// reader reads a slab written by appendResponse.
+// reader reads a slab written by newResponse.
 type reader struct {
 	b    []byte
 	text string // b as a string, for the strings read
