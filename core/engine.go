@@ -274,9 +274,12 @@ func (e *Engine) replayResponse(w http.ResponseWriter, r *http.Request, c *call,
 func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c *call, lock storage.Lock, body []byte, next func(*Buffer, *http.Request)) {
 	e.observe(r.Context(), c, e.started(r.Context(), c, lock), 0, nil)
 
-	rn := newRun(r.Context(), c.Scope, c.Key, lock, body)
+	rr := new(requestRun)
+	rn := &rr.run
+	rn.start(r.Context(), c.Scope, c.Key, lock, body)
 	op := &rn.op
-	r2 := r.WithContext(lock.Context(rn))
+	rr.req = *r.WithContext(lock.Context(rn)) // the copy WithContext makes stays on the stack
+	r2 := &rr.req
 	if r.Body != nil && r.Body != http.NoBody {
 		r2.Body = rn
 	}

@@ -1,12 +1,13 @@
 package core
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 
 	"github.com/idemkit/idem/core/storage"
 )
@@ -21,7 +22,6 @@ type Operation struct {
 	lock     storage.Lock
 	point    string // last committed recovery point
 	resume   string // recovery point to resume after; "" once reached
-	resumed  bool
 	leaseErr error
 }
 
@@ -31,17 +31,30 @@ type Operation struct {
 type run struct {
 	context.Context
 	op   Operation
-	body bytes.Reader
+	body []byte // what the handler has not read yet
+}
+
+// requestRun is the run of an HTTP request, with the request the handler gets: the
+// original's copy with the run's context.
+type requestRun struct {
+	run
+	req http.Request
 }
 
 func newRun(parent context.Context, scope, key string, lock storage.Lock, body []byte) *run {
-	rn := &run{Context: parent}
-	rn.op = Operation{key: key, scope: scope, lock: lock, point: lock.RecoveryPoint(), resumed: lock.TakenOver()}
+	rn := new(run)
+	rn.start(parent, scope, key, lock, body)
+	return rn
+}
+
+// start makes rn the state of an operation that runs under lock.
+func (rn *run) start(parent context.Context, scope, key string, lock storage.Lock, body []byte) {
+	rn.Context = parent
+	rn.op = Operation{key: key, scope: scope, lock: lock, point: lock.RecoveryPoint()}
 	if rn.op.point != storage.RecoveryStarted {
 		rn.op.resume = rn.op.point
 	}
-	rn.body.Reset(body)
-	return rn
+	rn.body = body
 }
 
 // Value answers the Operation for its key and defers everything else to the parent.
@@ -54,7 +67,14 @@ func (rn *run) Value(key any) any {
 
 // Read and Close make run the handler's request body: an identical copy of what the
 // engine read.
-func (rn *run) Read(p []byte) (int, error) { return rn.body.Read(p) }
+func (rn *run) Read(p []byte) (int, error) {
+	if len(rn.body) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, rn.body)
+	rn.body = rn.body[n:]
+	return n, nil
+}
 
 // Close does nothing: the server closes the original body.
 func (rn *run) Close() error { return nil }
@@ -89,7 +109,7 @@ func (o *Operation) Scope() string { return o.scope }
 func (o *Operation) RecoveryPoint() string { return o.point }
 
 // Resumed reports whether this run took over an earlier attempt whose lease expired.
-func (o *Operation) Resumed() bool { return o.resumed }
+func (o *Operation) Resumed() bool { return o.lock.TakenOver() }
 
 // DerivedKey returns "<key>:<suffix>", an idempotency key for a call to another
 // service (a payment provider, say) that is stable across retries and takeovers. It is

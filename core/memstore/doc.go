@@ -25,12 +25,12 @@
 //	mw := core.Middleware(core.Config{Store: store}, func(r *http.Request) string { return r.Header.Get("X-Account") })
 //
 // It is deliberately plain: 64 maps, each behind its own mutex, holding one struct per
-// key. Complete stores copies of the response's header and body, never the caller's; a
-// small header is kept flat inside the key's struct, and only a replay makes it a map,
-// since most keys are never replayed.
+// key. Complete stores a copy of the response's header and body, never the caller's, in
+// one byte slab; only a replay makes it a record with a header map, since most keys are
+// never replayed.
 //
 // A replay returns the store's own *storage.Record, the same one to every replay of the
-// key: the first replay of a key allocates its header map, later ones nothing. Records
+// key: the first replay of a key builds it, later ones allocate nothing. Records
 // returned by Claim are shared with the store and with other callers: do not mutate
 // them, their Fingerprint, Response, Response.Header or Response.Body.
 package memstore

@@ -2,11 +2,11 @@ package memstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -43,121 +43,96 @@ type shard struct {
 // id names a key: the same key in two scopes is two keys.
 type id struct{ scope, key string }
 
-// record is one stored key. rec is the key as a claim reports it: while it is started,
-// the store's working copy (a claim that finds it gets a snapshot); once rec.State is
-// completed, the record every replay gets. All fields are guarded by the shard's mutex,
-// except that a completed key's rec and what it points to are never changed once a
-// replay has been handed rec.
+// record is one stored key. It keeps what a claim reports and, once completed, the
+// response, in as few bytes and pointers as stay readable: times as Unix nanoseconds, the
+// response's header and body in one byte slab (see newResponse), and the lock only
+// while the key is started. All fields are guarded by the shard's mutex, except that a
+// completed key's replayed record and what it points to are never changed once a replay
+// has been handed it.
 type record struct {
-	rec storage.Record
-
 	// owner is the fencing token: a claim or takeover makes a new lock and puts it here,
-	// and a lock may change the record only while it is the owner. A record that leaves
-	// its shard's map (deleted, or replaced by a claim past retention) has no owner.
+	// and a lock may change the record only while it is the owner. Complete and a record
+	// leaving its shard's map (deleted, or replaced by a claim past retention) set it to
+	// nil.
 	owner *lock
 
-	// The completed response: Complete fills resp's status and body and keeps its header
-	// in hdr; the first replay builds resp.Header from hdr and points rec.Response at
-	// resp (most keys are never replayed, and a header map costs two allocations and
-	// ~400 bytes a key).
-	resp storage.Response
-	hdr  header
+	fp     []byte   // the claim's fingerprint, in fpRoom when it fits
+	fpRoom [32]byte // room for a SHA-256 fingerprint
 
-	fp [32]byte // room for a SHA-256 fingerprint
+	method, path string
+	point        string // the recovery point
+
+	created     int64 // Unix nanoseconds
+	lockedUntil int64 // Unix nanoseconds: the lease's end while started, 0 once completed
+	completedAt int64 // Unix nanoseconds, 0 until completed
+
+	status   int
+	response []byte // the completed response's header and body (newResponse); nil while started
+
+	// replayed is the completed key as replays get it, built by the first one: most
+	// keys are never replayed, and a record with its header map costs five allocations
+	// and ~500 bytes a key.
+	replayed *storage.Record
 }
 
-// fresh is a new key in one allocation: its record and the lock of its first claim.
-type fresh struct {
-	r record
-	l lock
-}
-
-// keep copies fp as bytes.Clone does (nil stays nil), into r.fp when it fits.
+// keep copies fp as bytes.Clone does (nil stays nil), into r.fpRoom when it fits.
 func (r *record) keep(fp []byte) []byte {
 	if fp == nil {
 		return nil
 	}
-	return append(r.fp[:0:len(r.fp)], fp...)
+	return append(r.fpRoom[:0:len(r.fpRoom)], fp...)
 }
 
-// header is a copy of a completed response's header, flat when it is small: up to
-// len(names) names with one value or more each and up to len(vals) values in all; any
-// other header (nil and empty ones too) is kept as a clone.
-type header struct {
-	names [4]string
-	vals  [4]string
-	ends  [4]uint8 // names[i]'s values are vals[ends[i-1]:ends[i]] (from 0 for i = 0)
-	n     uint8    // names used; 0 when the header is in clone
-	clone http.Header
-}
-
-// set makes hd a copy of h: of its maps and slices, not of the strings, which are
-// immutable.
-func (hd *header) set(h http.Header) {
-	if !hd.flatten(h) {
-		*hd = header{clone: h.Clone()}
+// unixTime is the time of Unix nanoseconds ns, and the zero time for 0.
+func unixTime(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
 	}
+	return time.Unix(0, ns)
 }
 
-// flatten copies h into names and vals, or reports false when it does not fit.
-func (hd *header) flatten(h http.Header) bool {
-	if len(h) == 0 || len(h) > len(hd.names) {
-		return false
+// report returns the record as a claim of key k reports it.
+func (r *record) report(k id) storage.Record {
+	state := storage.StateStarted
+	if r.completed() {
+		state = storage.StateCompleted
 	}
-	v := 0
-	for k, vs := range h {
-		if len(vs) == 0 || v+len(vs) > len(hd.vals) {
-			return false
+	return storage.Record{Scope: k.scope, Key: k.key, Fingerprint: r.fp, Method: r.method, Path: r.path,
+		State: state, RecoveryPoint: r.point, LockedUntil: unixTime(r.lockedUntil),
+		CreatedAt: time.Unix(0, r.created), CompletedAt: unixTime(r.completedAt)}
+}
+
+// replay returns the completed key k's record, building it for the first replay. The
+// caller holds the shard's mutex.
+func (r *record) replay(k id) *storage.Record {
+	if r.replayed == nil {
+		type replayed struct {
+			rec  storage.Record
+			resp storage.Response
 		}
-		hd.names[hd.n] = k
-		v += copy(hd.vals[v:], vs)
-		hd.ends[hd.n] = uint8(v)
-		hd.n++
+		rp := &replayed{rec: r.report(k), resp: readResponse(r.status, r.response)}
+		rp.rec.Response = &rp.resp
+		r.replayed = &rp.rec
 	}
-	return true
+	return r.replayed
 }
-
-// build returns the header as a map. Each value slice is capped, so that a reader's
-// append cannot reach the next name's values.
-func (hd *header) build() http.Header {
-	if hd.n == 0 {
-		return hd.clone
-	}
-	h := make(http.Header, hd.n)
-	var from uint8
-	for i, end := range hd.ends[:hd.n] {
-		h[hd.names[i]] = hd.vals[from:end:end]
-		from = end
-	}
-	return h
-}
-
-// replay returns the completed key's record, building its response's header map for
-// the first replay. The caller holds the shard's mutex.
-func (r *record) replay() *storage.Record {
-	if r.rec.Response == nil {
-		r.resp.Header = r.hdr.build()
-		r.rec.Response = &r.resp
-	}
-	return &r.rec
-}
-
-// completed reports whether r's key has a recorded response.
-func (r *record) completed() bool { return r.rec.State == storage.StateCompleted }
 
 // live reports whether r is a started key whose lease has not run out at now.
-func (r *record) live(now time.Time) bool { return !r.completed() && now.Before(r.rec.LockedUntil) }
+func (r *record) live(now int64) bool { return !r.completed() && now < r.lockedUntil }
+
+// completed reports whether r's key has a recorded response.
+func (r *record) completed() bool { return r.response != nil }
 
 // absent reports whether r counts as absent at now for a claim with the given retention:
 // created longer ago than retention and not held by a live lease. A retention of zero or
 // less never expires a key.
-func (r *record) absent(now time.Time, retention time.Duration) bool {
-	return retention > 0 && now.Sub(r.rec.CreatedAt) > retention && !r.live(now)
+func (r *record) absent(now int64, retention time.Duration) bool {
+	return retention > 0 && time.Duration(now-r.created) > retention && !r.live(now)
 }
 
-// started returns a snapshot of the started key. The caller holds the shard's mutex.
-func (r *record) started() *storage.Record {
-	snap := r.rec
+// started returns a snapshot of the started key k. The caller holds the shard's mutex.
+func (r *record) started(k id) *storage.Record {
+	snap := r.report(k)
 	return &snap
 }
 
@@ -166,7 +141,9 @@ type Option func(*Store)
 
 // WithClock makes the store read the time from now instead of time.Now, so tests can
 // move through leases and retention without sleeping. now must be safe for concurrent
-// use. A nil now keeps time.Now.
+// use. A nil now keeps time.Now. The store keeps times as Unix nanoseconds: records
+// report the same instants in the local time zone, and now must stay within the years
+// 1678 to 2262.
 func WithClock(now func() time.Time) Option {
 	return func(s *Store) {
 		if now != nil {
@@ -230,7 +207,8 @@ func (s *Store) Len() int {
 //
 // A replaying claim (the key is completed) returns the store's own *storage.Record, the
 // same one to every replay of the key: callers must not mutate it. The first replay of a
-// key builds its response's header map (two allocations); later ones allocate nothing.
+// key builds that record from the stored response (five allocations, the header map's
+// two included); later ones allocate nothing.
 // A started key is reported as a fresh snapshot whose Fingerprint is shared with the
 // store.
 func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
@@ -249,33 +227,32 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 	sh := s.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	now := s.now()
+	now := s.now().UnixNano()
 	r := sh.keys[k]
 	switch {
 	case r == nil || r.absent(now, c.Retention):
 		if r != nil {
 			r.owner = nil // fences out a lock of the key it replaces
 		}
-		n := new(fresh)
-		n.r.rec = storage.Record{Scope: c.Scope, Key: c.Key, Fingerprint: n.r.keep(c.Fingerprint), Method: c.Method, Path: c.Path,
-			State: storage.StateStarted, RecoveryPoint: storage.RecoveryStarted, CreatedAt: now}
-		sh.keys[k] = &n.r
-		return s.take(&n.l, sh, &n.r, now, lease, false), nil, nil
+		r = &record{method: c.Method, path: c.Path, point: storage.RecoveryStarted, created: now}
+		r.fp = r.keep(c.Fingerprint)
+		sh.keys[k] = r
+		return s.take(sh, k, r, now, lease, false), nil, nil
 	case r.completed():
-		return nil, r.replay(), nil
-	case r.live(now) || !bytes.Equal(r.rec.Fingerprint, c.Fingerprint):
-		return nil, r.started(), nil
+		return nil, r.replay(k), nil
+	case r.live(now) || !bytes.Equal(r.fp, c.Fingerprint):
+		return nil, r.started(k), nil
 	default: // an expired lease, the same request: take over, which fences the old lock out
-		return s.take(new(lock), sh, r, now, lease, true), nil, nil
+		return s.take(sh, k, r, now, lease, true), nil, nil
 	}
 }
 
-// take makes l, a new lock, the owner of r with a fresh lease. The caller holds sh's
+// take makes a new lock the owner of r, key k, with a fresh lease. The caller holds sh's
 // mutex.
-func (s *Store) take(l *lock, sh *shard, r *record, now time.Time, lease time.Duration, takenOver bool) *lock {
-	*l = lock{s: s, sh: sh, r: r, lease: lease, claimedPoint: r.rec.RecoveryPoint, takenOver: takenOver}
+func (s *Store) take(sh *shard, k id, r *record, now int64, lease time.Duration, takenOver bool) *lock {
+	l := &lock{s: s, sh: sh, k: k, r: r, lease: lease, claimedPoint: r.point, takenOver: takenOver}
 	r.owner = l
-	r.rec.LockedUntil = now.Add(lease)
+	r.lockedUntil = now + int64(lease)
 	return l
 }
 
@@ -290,10 +267,10 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) 
 		sh      *shard
 		k       id
 		r       *record
-		created time.Time
+		created int64
 	}
 	var found []candidate
-	now := s.now()
+	now := s.now().UnixNano()
 	for i := range s.shards {
 		if err := ctx.Err(); err != nil {
 			return 0, fmt.Errorf("memstore: delete expired: %w", err)
@@ -301,15 +278,15 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) 
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, r := range sh.keys {
-			if r.rec.CreatedAt.Before(before) && !r.live(now) {
-				found = append(found, candidate{sh, k, r, r.rec.CreatedAt})
+			if time.Unix(0, r.created).Before(before) && !r.live(now) {
+				found = append(found, candidate{sh, k, r, r.created})
 			}
 		}
 		sh.mu.Unlock()
 	}
-	slices.SortFunc(found, func(a, b candidate) int { return a.created.Compare(b.created) })
+	slices.SortFunc(found, func(a, b candidate) int { return cmp.Compare(a.created, b.created) })
 	deleted := 0
-	now = s.now()
+	now = s.now().UnixNano()
 	for _, c := range found[:min(limit, len(found))] {
 		c.sh.mu.Lock()
 		// Between the two locks the key may have been replaced or claimed again.
@@ -327,6 +304,7 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) 
 type lock struct {
 	s            *Store
 	sh           *shard
+	k            id
 	r            *record
 	lease        time.Duration
 	claimedPoint string // the recovery point when the lock was obtained
@@ -370,13 +348,13 @@ func (l *lock) Phase(ctx context.Context, point string, fn func(ctx context.Cont
 	if !l.held() {
 		return fmt.Errorf("memstore: phase %q ran but was not recorded: %w", point, storage.ErrLeaseLost)
 	}
-	l.r.rec.RecoveryPoint = point
-	l.r.rec.LockedUntil = l.s.now().Add(l.lease)
+	l.r.point = point
+	l.r.lockedUntil = l.s.now().UnixNano() + int64(l.lease)
 	return nil
 }
 
 // Complete records a copy of r as the key's response and ends the lock; r's header and
-// body are not kept (the header's value strings are, being immutable).
+// body are not kept.
 func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	if l.ended {
 		return errLockEnded
@@ -384,16 +362,15 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	if r == nil {
 		return errors.New("memstore: complete: nil response")
 	}
-	body := bytes.Clone(r.Body)
+	response := newResponse(r.Header, r.Body)
 	l.sh.mu.Lock()
 	defer l.sh.mu.Unlock()
 	if !l.held() {
 		return fmt.Errorf("memstore: complete: %w", storage.ErrLeaseLost)
 	}
 	rec := l.r
-	rec.resp = storage.Response{Status: r.Status, Body: body}
-	rec.hdr.set(r.Header)
-	rec.rec.State, rec.rec.LockedUntil, rec.rec.CompletedAt = storage.StateCompleted, time.Time{}, l.s.now()
+	rec.status, rec.response = r.Status, response
+	rec.lockedUntil, rec.completedAt = 0, l.s.now().UnixNano()
 	rec.owner = nil
 	l.ended = true
 	return nil
@@ -411,11 +388,11 @@ func (l *lock) Release(ctx context.Context) error {
 	if !l.held() {
 		return fmt.Errorf("memstore: release: %w", storage.ErrLeaseLost)
 	}
-	if l.r.rec.RecoveryPoint == storage.RecoveryStarted {
-		delete(l.sh.keys, id{l.r.rec.Scope, l.r.rec.Key})
+	if l.r.point == storage.RecoveryStarted {
+		delete(l.sh.keys, l.k)
 		l.r.owner = nil
 	} else {
-		l.r.rec.LockedUntil = l.s.now()
+		l.r.lockedUntil = l.s.now().UnixNano()
 	}
 	l.ended = true
 	return nil

@@ -79,7 +79,7 @@ func TestClockDrivesLeaseAndRetention(t *testing.T) {
 
 	c := claim("k", "a")
 	l := mustLock(t, s, c)
-	assert.Equal(t, clk.now().Add(time.Minute), mustRecord(t, s, c).LockedUntil, "LockedUntil is claim time + lease")
+	assert.WithinDuration(t, clk.now().Add(time.Minute), mustRecord(t, s, c).LockedUntil, 0, "LockedUntil is claim time + lease")
 	require.NoError(t, l.Phase(ctx, "charged", func(context.Context) error { return nil }))
 	clk.add(time.Minute - time.Nanosecond)
 	mustRecord(t, s, c) // lease still live
@@ -115,12 +115,13 @@ func TestDefaults(t *testing.T) {
 	c := claim("k", "a")
 	c.Lease = 0
 	mustLock(t, s, c)
-	assert.Equal(t, clk.now().Add(memstore.DefaultLease), mustRecord(t, s, c).LockedUntil,
+	assert.WithinDuration(t, clk.now().Add(memstore.DefaultLease), mustRecord(t, s, c).LockedUntil, 0,
 		"a claim without a lease gets DefaultLease (and WithClock(nil) keeps the clock)")
 }
 
 // TestCompletedKeyRoundTrip: the replayed record is exactly what was claimed and
-// completed: nil and empty slices and maps told apart, times and their locations kept.
+// completed: nil and empty slices and maps told apart, times kept to the nanosecond (as
+// instants: the store keeps Unix nanoseconds, not the clock's location).
 func TestCompletedKeyRoundTrip(t *testing.T) {
 	t.Parallel()
 	long := strings.Repeat("é", 200)
@@ -178,7 +179,11 @@ func TestCompletedKeyRoundTrip(t *testing.T) {
 				want := &storage.Record{Scope: c.Scope, Key: c.Key, Fingerprint: tc.fp, Method: c.Method, Path: c.Path,
 					State: storage.StateCompleted, RecoveryPoint: point, Response: &tc.resp,
 					CreatedAt: claimed, CompletedAt: completed}
-				assert.Equal(t, want, mustRecord(t, s, c))
+				got := mustRecord(t, s, c)
+				assert.WithinDuration(t, claimed, got.CreatedAt, 0, "CreatedAt")
+				assert.WithinDuration(t, completed, got.CompletedAt, 0, "CompletedAt")
+				want.CreatedAt, want.CompletedAt = got.CreatedAt, got.CompletedAt
+				assert.Equal(t, want, got)
 			})
 		}
 	}
@@ -373,8 +378,9 @@ func TestDeleteExpiredOldestFirst(t *testing.T) {
 	assert.ErrorIs(t, err, context.Canceled)
 }
 
-// TestReplayAllocations: the first replay of a key allocates its header map (two
-// objects); every later one nothing: it returns the stored record.
+// TestReplayAllocations: the first replay of a key builds its record: the record, its
+// header map (two objects), one string for the header's text and one array for its
+// values; every later one allocates nothing: it returns that record.
 func TestReplayAllocations(t *testing.T) {
 	s := memstore.New()
 	const runs = 1000
@@ -397,7 +403,7 @@ func TestReplayAllocations(t *testing.T) {
 		replay(claims[next])
 		next++
 	})
-	assert.LessOrEqual(t, first, 2.0, "allocations of a key's first replaying Claim")
+	assert.LessOrEqual(t, first, 5.0, "allocations of a key's first replaying Claim")
 	later := testing.AllocsPerRun(runs, func() { replay(claims[0]) })
 	assert.Zero(t, later, "allocations of a later replaying Claim")
 }
@@ -425,7 +431,7 @@ func TestRetentionReplacesKeys(t *testing.T) {
 		rec := mustRecord(t, s, claim(fmt.Sprint("k", i), "b"))
 		assert.Equal(t, 300+i, rec.Response.Status, "k%d: status of the new record", i)
 		assert.Equal(t, want, rec.Fingerprint, "k%d: fingerprint of the new record", i)
-		assert.Equal(t, clk.now(), rec.CreatedAt, "k%d: CreatedAt of the new record", i)
+		assert.WithinDuration(t, clk.now(), rec.CreatedAt, 0, "k%d: CreatedAt of the new record", i)
 	}
 }
 
@@ -565,15 +571,15 @@ func BenchmarkReplay(b *testing.B) {
 
 // TestCompletedHeadersStayApart: the stored headers' values share one backing array, so
 // each value slice is capped: a reader appending to one header cannot overwrite the next,
-// and two keys never see each other's values, however many there are. A small header is
-// kept flat and made a map on the first replay; the others are cloned: both are checked.
+// and two keys never see each other's values, however many there are: small and large
+// headers, and a name whose values are nil, are checked.
 func TestCompletedHeadersStayApart(t *testing.T) {
 	t.Parallel()
 	s := memstore.New()
 	headers := map[string]http.Header{
-		"flat": {"Location": {"/orders/1"}, "Link": {"</a>", "</b>"}},
-		"few":  {"Location": {"/orders/1"}, "Link": {"</a>", "</b>"}, "Etag": nil},
-		"many": {"Link": {"</1>", "</2>", "</3>", "</4>", "</5>"}, "Location": {"/orders/2"}},
+		"small": {"Location": {"/orders/1"}, "Link": {"</a>", "</b>"}},
+		"few":   {"Location": {"/orders/1"}, "Link": {"</a>", "</b>"}, "Etag": nil},
+		"many":  {"Link": {"</1>", "</2>", "</3>", "</4>", "</5>"}, "Location": {"/orders/2"}},
 	}
 	for key, h := range headers {
 		complete(t, mustLock(t, s, claim(key, key)), &storage.Response{Status: 201, Header: h.Clone()})
