@@ -149,7 +149,12 @@ func TestCrashAfterCommitBeforeAck(t *testing.T) {
 			assert.Equal(t, 1, applied, "%s applied once", crashed)
 			assert.GreaterOrEqual(t, n.Redelivered, int64(1), "the unacknowledged message was delivered again")
 			assert.Equal(t, int64(messages-crashAfter), n.Applied, "the messages the child never got to")
-			assert.Equal(t, int64(1), n.Duplicated, "the committed, unacknowledged message: acked, not applied again")
+			// At least once, not exactly: under load a delivery can outlast the 1s AckWait
+			// and come again, and every such redelivery of an applied message is a replay too.
+			// That the crashed message was not applied again is the row count above and
+			// Applied: the new consumer applied only the messages the child never got to.
+			assert.GreaterOrEqual(t, n.Duplicated, int64(1), "the committed, unacknowledged message: acked, not applied again")
+			assert.Equal(t, n.Delivered, n.Applied+n.Duplicated+n.InProgress, "every delivery acked or retried")
 			assert.Zero(t, n.Reused+n.Failed)
 		}
 	})
