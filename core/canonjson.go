@@ -65,8 +65,13 @@ type cjFrame struct {
 // cjMember is the span of one written object member: out[start] is the opening quote of
 // its key, out[keyEnd] the closing one, and out[end] the first byte after its value.
 type cjMember struct {
+	// Four fields, no more: the compiler keeps a struct of at most four in registers and
+	// copies it field by field, 8 bytes at a time. A fifth made sortMembers copy members
+	// 16 bytes at a time, loads that span two 8-byte stores still in flight (the member's
+	// fields, its end just written), which wait for them to retire: store-to-load
+	// forwarding fails. So a member does not record where the objects inside it start in
+	// objs: emit searches for them.
 	start, keyEnd, end int
-	rec                int // len(objs) when the member began: objects inside it are at rec or later
 	// prefix is the key's first 8 bytes, big-endian and zero-padded, when they order like
 	// the key's UTF-16 code units (no escape, no lead byte F0–F4 among them): two keys
 	// whose prefixes are both set and differ compare as their prefixes. 0 when unset (no
@@ -198,16 +203,21 @@ value:
 			if out, i, err = appendJSONString(out, src, i); err != nil {
 				return nil, err
 			}
-			keyEnd := len(out) - 1
-			m := cjMember{start: start, keyEnd: keyEnd, rec: len(s.objs), prefix: keyPrefix(out, start+1, keyEnd)}
+			// The member is written in place, field by field: built aside and copied in, it
+			// would be stored 8 bytes at a time and loaded back 16 at a time, a load that
+			// waits for the stores to retire (store-to-load forwarding fails).
+			s.members = append(s.members, cjMember{})
+			m := &s.members[len(s.members)-1]
+			m.start, m.keyEnd = start, len(out)-1
+			m.prefix = keyPrefix(out, start+1, m.keyEnd)
 			f := &s.frames[len(s.frames)-1]
-			if !f.dirty && len(s.members) > f.first {
+			if !f.dirty && len(s.members)-1 > f.first {
 				// compareMembers, its prefix test written out: it is not inlined.
-				switch p := &s.members[len(s.members)-1]; {
+				switch p := &s.members[len(s.members)-2]; {
 				case p.prefix != m.prefix && p.prefix != 0 && m.prefix != 0:
 					f.dirty = p.prefix > m.prefix
 				default:
-					switch cmp := compareMemberKeys(out, p, &m); {
+					switch cmp := compareMemberKeys(out, p, m); {
 					case cmp == 0:
 						return nil, jsonErr("duplicate object key", i)
 					case cmp > 0:
@@ -215,7 +225,6 @@ value:
 					}
 				}
 			}
-			s.members = append(s.members, m)
 			i = skipWS(src, i)
 			if i >= len(src) || src[i] != ':' {
 				return nil, jsonErr("expected ':'", i)
@@ -245,7 +254,9 @@ value:
 				i = j
 				continue value
 			}
-			s.frames = append(s.frames, cjFrame{object: true, first: len(s.members), rec: len(s.objs), start: len(out)})
+			s.frames = append(s.frames, cjFrame{}) // filled in place, as a member is
+			f := &s.frames[len(s.frames)-1]
+			f.object, f.first, f.rec, f.start = true, len(s.members), len(s.objs), len(out)
 			if s.general {
 				s.objs = append(s.objs, cjObject{start: len(out)})
 			}
@@ -389,8 +400,10 @@ func (s *canonScratch) emit(out []byte, lo, hi, k, base int) []byte {
 			if j > 0 {
 				out = append(out, ',')
 			}
-			if m.rec < len(s.objs) && s.objs[m.rec].start < m.end {
-				out = s.emit(out, m.start, m.end, m.rec, base)
+			// The records of objects inside r are objs[k+1:r.next], ordered by start.
+			inner, _ := slices.BinarySearchFunc(s.objs[k+1:r.next], m.start, func(o cjObject, at int) int { return o.start - at })
+			if inner += k + 1; inner < r.next && s.objs[inner].start < m.end {
+				out = s.emit(out, m.start, m.end, inner, base)
 			} else { // nothing to reorder inside
 				out = append(out, s.tmp[m.start-base:m.end-base]...)
 			}

@@ -137,6 +137,33 @@ func TestCanonicalJSONBudgetFallback(t *testing.T) {
 	}
 }
 
+// TestCanonicalJSONGeneralPathAgrees runs every document through the general path, which
+// only documents nested too deep out of order reach otherwise: its second pass finds the
+// objects inside each sorted member by searching the records, and must find them all.
+func TestCanonicalJSONGeneralPathAgrees(t *testing.T) {
+	t.Parallel()
+	docs := trickyDocs()
+	for _, doc := range benchDocs {
+		docs = append(docs, string(doc))
+	}
+	r := rand.New(rand.NewPCG(15, 8786))
+	for range 3000 {
+		docs = append(docs, string(writeRandom(nil, r, randomValue(r, 0))))
+	}
+	for i, doc := range docs {
+		want, wantErr := refAppendCanonicalJSON(nil, []byte(doc))
+		s := new(canonScratch)
+		s.general = true
+		got, err := s.pass([]byte("p"), []byte(doc))
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("doc %d %q: err = %v, the reference's %v", i, doc, err, wantErr)
+		}
+		if err == nil && string(got) != "p"+string(want) {
+			t.Fatalf("doc %d %q:\n got %q\nwant %q", i, doc, got[1:], want)
+		}
+	}
+}
+
 func TestKeyPrefix(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
