@@ -54,7 +54,10 @@ type Config struct {
 	LeaseWait time.Duration
 
 	// LockWait bounds how long an atomic claim waits for a twin transaction in flight
-	// before answering 409. Default: 2s.
+	// before answering 409. On PostgreSQL (pgxstore, gormstore) it is the atomic
+	// transaction's lock_timeout, so the handler's own statements run under it too: one
+	// that waits longer for a row lock fails (55P03) and the request rolls back; a
+	// handler that needs longer runs SET LOCAL lock_timeout itself. Default: 2s.
 	LockWait time.Duration
 
 	// StoreTimeout bounds the store's own work for a request, so an unresponsive
