@@ -1,12 +1,12 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/idemkit/idem/core/storage"
@@ -31,7 +31,7 @@ type Operation struct {
 type run struct {
 	context.Context
 	op   Operation
-	body []byte // what the handler has not read yet
+	body bytes.Reader
 }
 
 // requestRun is the run of an HTTP request, with the request the handler gets: the
@@ -54,7 +54,7 @@ func (rn *run) start(parent context.Context, scope, key string, lock storage.Loc
 	if rn.op.point != storage.RecoveryStarted {
 		rn.op.resume = rn.op.point
 	}
-	rn.body = body
+	rn.body.Reset(body)
 }
 
 // Value answers the Operation for its key and defers everything else to the parent.
@@ -67,14 +67,7 @@ func (rn *run) Value(key any) any {
 
 // Read and Close make run the handler's request body: an identical copy of what the
 // engine read.
-func (rn *run) Read(p []byte) (int, error) {
-	if len(rn.body) == 0 {
-		return 0, io.EOF
-	}
-	n := copy(p, rn.body)
-	rn.body = rn.body[n:]
-	return n, nil
-}
+func (rn *run) Read(p []byte) (int, error) { return rn.body.Read(p) }
 
 // Close does nothing: the server closes the original body.
 func (rn *run) Close() error { return nil }
