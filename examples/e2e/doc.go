@@ -16,6 +16,11 @@
 //
 //	IDEM_KILL_TRIALS=20 go test -count=1 -timeout 40m -run TestKillUnderLoad -v ./examples/e2e
 //
+// TestClientThroughFaults sends orders and payments at once through idemclient.Transport
+// and internal/httpfault's proxy, which resets connections, drops answers the server sent
+// and delays requests: every logical request must end with a 201, one order or one
+// payment (with one charge) each, and the replay wherever the first answer was dropped.
+//
 // PostgreSQL, MariaDB and Redis must be reachable (TEST_DATABASE_URL, TEST_MYSQL_DSN and
 // TEST_REDIS_ADDR, default the local servers); the tests fail, never skip, when they are
 // not.
