@@ -67,8 +67,8 @@ func ExampleWithKey() {
 	srv := ordersAPI(0)
 	defer srv.Close()
 	client := &http.Client{Transport: &idemclient.Transport{}}
-	createOrder := func(ctx context.Context, url string) (*http.Response, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/orders", strings.NewReader(`{"item":"book"}`))
+	createOrder := func(ctx context.Context) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/orders", strings.NewReader(`{"item":"book"}`))
 		if err != nil {
 			return nil, err
 		}
@@ -79,7 +79,7 @@ func ExampleWithKey() {
 	key := idemclient.NewKey() // saved with the form, the job or the outbox row, before the first try
 	for range 2 {              // the double click, or the run after a restart
 		ctx := idemclient.WithKey(context.Background(), key)
-		resp, err := createOrder(ctx, srv.URL)
+		resp, err := createOrder(ctx)
 		if err != nil {
 			log.Fatal(err)
 		}
