@@ -70,7 +70,8 @@ type Transport struct {
 	Base http.RoundTripper
 
 	// Methods are the request methods that get a key and retries, as written in
-	// Request.Method. Default: POST and PATCH (the methods an idem server keys by default).
+	// Request.Method. Default (nil): POST and PATCH, the methods an idem server keys by
+	// default.
 	Methods []string
 
 	// Header is the name of the key's header. Default: DefaultHeader ("Idempotency-Key").
@@ -166,12 +167,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	for attempt := 1; ; attempt++ {
 		a := logical
 		if attempt > 1 {
-			a = logical.Clone(ctx)
-			body, err := logical.GetBody()
-			if err != nil {
-				return nil, fmt.Errorf("idemclient: attempt %d: replaying the body: %w", attempt, err)
+			a = logical.Clone(ctx) // with no GetBody, the body is nil or http.NoBody: nothing to replay
+			if logical.GetBody != nil {
+				body, err := logical.GetBody()
+				if err != nil {
+					return nil, fmt.Errorf("idemclient: attempt %d: replaying the body: %w", attempt, err)
+				}
+				a.Body = body
 			}
-			a.Body = body
 		}
 		resp, err := t.base().RoundTrip(a)
 		if res != nil {

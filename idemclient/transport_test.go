@@ -305,6 +305,30 @@ func TestBodyWithoutGetBodyGetsOneAttempt(t *testing.T) {
 	assert.NotEmpty(t, res.Key)
 }
 
+// TestRequestsWithoutABodyAreRetried: a POST with no body (nil or http.NoBody) has
+// nothing to replay and is retried all the same.
+func TestRequestsWithoutABodyAreRetried(t *testing.T) {
+	t.Parallel()
+	for name, b := range map[string]io.Reader{"nil": nil, "NoBody": http.NoBody} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := newScript(t, status(503), status(201))
+			var res idemclient.Result
+			req, err := http.NewRequestWithContext(idemclient.WithResult(t.Context(), &res), http.MethodPost, s.URL(), b)
+			require.NoError(t, err)
+			resp, err := newTransport(t, newClock(), &idemclient.Transport{}).RoundTrip(req)
+			require.NoError(t, err)
+			require.NoError(t, resp.Body.Close())
+			assert.Equal(t, http.StatusCreated, resp.StatusCode)
+			assert.Equal(t, 2, res.Attempts)
+			for _, r := range s.Seen() {
+				assert.Equal(t, res.Key, r.Key)
+				assert.Empty(t, r.Body)
+			}
+		})
+	}
+}
+
 // TestLostAnswersAreRetriedToTheReplay: a connection reset before the server saw the
 // request, then an answer lost after the server ran it: the third attempt gets the
 // recorded answer, and the operation ran once.
