@@ -57,19 +57,20 @@
 //	// one client span per logical request, retries inside it
 //	client := &http.Client{Transport: otelhttp.NewTransport(&idemclient.Transport{})}
 //
-//	// one client span per attempt, each carrying the key header
+//	// one client span per attempt
 //	client := &http.Client{Transport: &idemclient.Transport{Base: otelhttp.NewTransport(nil)}}
 //
 // # Why the backoff is written here
 //
 // The retry loop is a few lines of its own rather than a library's, such as
-// github.com/cenkalti/backoff/v5 (the one that fits best). Its Retry reads the real clock
-// and timer with no way to give it others, so every test of a wait would really sleep;
-// it starts a wait that the context's deadline will cut, and then returns the context's
-// error instead of the server's last answer (a 503 problem saying why); and it sees an
-// *http.Response only as an operation's value, to be turned into an error to be retried.
-// Every decision here is about the response: which statuses, a 409's problem type, a
-// Retry-After in seconds or as an HTTP-date, draining a retried body, returning the last
-// response unread. What remains generic, an exponential bound with jitter, is a few lines
-// (Transport.backoff). The only dependency is github.com/google/uuid, for the keys.
+// github.com/cenkalti/backoff/v5 (the one that fits best). Its Retry reads the real
+// clock and timer with no way to give it others, so every test of a wait would really
+// sleep; it starts a wait that the context's deadline will cut, and so ends with the
+// context's error where the caller needs the server's last answer (a 503 problem saying
+// why); and it sees an *http.Response only as an operation's value, to be turned into an
+// error to be retried. Every decision here is about the response: which statuses, a
+// 409's problem type, a Retry-After in seconds or as an HTTP-date, draining a retried
+// body, returning the last response unread. What remains generic, an exponential bound
+// with jitter, is a few lines (Transport.backoff). The only dependency is
+// github.com/google/uuid, for the keys.
 package idemclient
