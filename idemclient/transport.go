@@ -48,8 +48,9 @@ const drainLimit = 64 << 10
 // Retried: a transport error (connection refused or reset, an answer that never came,
 // but not the request's context ending nor a TLS certificate the client rejects), 408,
 // 429, 502, 503, 504, and a 409 that says "in progress": idem's in-progress problem
-// (application/problem+json whose type ends in "/in-progress" or "#in-progress"), or any
-// 409 carrying a valid Retry-After. Never retried: every other status, 400, 422, any
+// (application/problem+json whose type's last segment, after its last '/' or '#', is
+// "in-progress", whatever the server's problem base), or any 409 carrying a valid
+// Retry-After. Never retried: every other status, 400, 422, any
 // other 4xx, and 500 and 501 (the server meant them). The wait before a retry is the
 // response's Retry-After (seconds or an HTTP-date) when it has one, else a jittered
 // exponential backoff (InitialBackoff, MaxBackoff). The retries stop at MaxAttempts, at
