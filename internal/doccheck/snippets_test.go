@@ -18,7 +18,8 @@ import (
 //	<!-- snippet: examples/quickstart/recipes_test.go#skipper -->
 //
 // A region is the lines between "// snippet:begin NAME" and "// snippet:end NAME", with
-// their common indentation removed. The Go file is compiled and tested, so the snippet
+// their common indentation removed, and without the blank lines gofmt puts before an end
+// marker that follows a top-level declaration. The Go file is compiled and tested, so the snippet
 // cannot rot.
 var snippetMarker = regexp.MustCompile(`(?m)^<!-- snippet: ([^ #]+)(?:#([A-Za-z0-9_-]+))? -->\n` + "```go\n" + `((?s:.*?))` + "```\n")
 
@@ -69,6 +70,9 @@ func extractRegion(t *testing.T, src, name string) string {
 	require.True(t, ok, "no %q", strings.TrimSpace(end))
 	lines := strings.Split(body, "\n")
 	lines = lines[:len(lines)-1] // what follows the last newline is the end marker's indentation
+	for len(lines) > 0 && strings.TrimSpace(lines[len(lines)-1]) == "" {
+		lines = lines[:len(lines)-1]
+	}
 	indent, first := "", true
 	for _, l := range lines {
 		if strings.TrimSpace(l) == "" {
