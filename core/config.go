@@ -72,9 +72,9 @@ type Config struct {
 	MaxRequestBody int64
 
 	// MaxResponseBody is the largest response body stored. A larger storable response
-	// is sent to the first client and recorded without its body: retries get a 409
-	// problem (with the stored headers, such as Location) and the handler never runs
-	// again. Default: 1 MiB.
+	// is sent to the first client and recorded without its body: retries get a 410
+	// problem (ProblemResponseTooLarge, with the stored headers, such as Location) and the
+	// handler never runs again. Default: 1 MiB.
 	MaxResponseBody int
 
 	// ReplayHeaders lists the response headers stored and replayed. Set-Cookie,

@@ -255,8 +255,8 @@ func (e *Engine) replayResponse(w http.ResponseWriter, r *http.Request, c *call,
 				h[k] = v
 			}
 		}
-		e.problem(w, r, c, OutcomeReplayed, e.newProblem(ProblemNotReplayable,
-			fmt.Sprintf("This request already completed with status %d, but its response body (%s bytes) was too large to keep. It will not run again.", resp.Status, n[0]), nil))
+		e.problem(w, r, c, OutcomeReplayed, e.newProblem(ProblemResponseTooLarge,
+			fmt.Sprintf("This request already completed with status %d, but its response body (%s bytes) was too large to keep, so it cannot be replayed. It will not run again: do not retry it; read its result another way, such as a GET of its Location.", resp.Status, n[0]), nil))
 		return
 	}
 	h := w.Header()

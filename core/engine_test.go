@@ -460,9 +460,9 @@ func TestLargeResponseIsNotReplayedOrRerun(t *testing.T) {
 		t.Fatalf("first: %d, %d bytes", w.Code, w.Body.Len())
 	}
 	w := hs.do("POST", "k", orderJSON)
-	assertProblem(t, w, 409, core.ProblemNotReplayable)
+	assertProblem(t, w, http.StatusGone, core.ProblemResponseTooLarge)
 	if w.Header().Get("Location") != "/v1/reports/1" || w.Header().Get("Retry-After") != "" {
-		t.Fatalf("not-replayable answer: Location %q Retry-After %q", w.Header().Get("Location"), w.Header().Get("Retry-After"))
+		t.Fatalf("response-too-large answer: Location %q Retry-After %q", w.Header().Get("Location"), w.Header().Get("Retry-After"))
 	}
 	if n := hs.runs.Load(); n != 1 {
 		t.Fatalf("handler ran %d times, want 1", n)

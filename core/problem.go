@@ -30,11 +30,18 @@ const (
 	ProblemStoreUnavailable ProblemKind = "store-unavailable"  // 503 + Retry-After: the handler did not run
 	ProblemCollision        ProblemKind = "collision"          // 503 + Retry-After: rolled back after colliding with a twin
 	ProblemNotRecorded      ProblemKind = "not-recorded"       // 503 + Retry-After: the outcome was not recorded
-	ProblemNotReplayable    ProblemKind = "response-too-large" // 409: completed, response too large to keep
+	ProblemResponseTooLarge ProblemKind = "response-too-large" // 410: completed once, its response too large to keep; never retry
 	ProblemMisconfigured    ProblemKind = "misconfigured"      // 500: the server's idempotency setup is wrong
 )
 
 // kinds holds each kind's status and title, the one place they are defined.
+//
+// ProblemResponseTooLarge is 410 Gone, not 409: the draft's 409 means "in progress, retry
+// later", and a client following it would retry a completed operation forever. 410 says
+// the stored answer is gone for good. Retry policies (go-retryablehttp, Stainless SDKs,
+// idemclient) retry 408, 409, 429 and 5xx, never 410; a 5xx would also read as a failed
+// operation, and a 400 or 422 as the client's mistake, either of which invites sending the
+// operation again under a new key.
 var kinds = map[ProblemKind]struct {
 	status int
 	title  string
@@ -48,7 +55,7 @@ var kinds = map[ProblemKind]struct {
 	ProblemStoreUnavailable: {http.StatusServiceUnavailable, "Idempotency store unavailable"},
 	ProblemCollision:        {http.StatusServiceUnavailable, "Try again"},
 	ProblemNotRecorded:      {http.StatusServiceUnavailable, "Outcome not recorded"},
-	ProblemNotReplayable:    {http.StatusConflict, "Response not replayable"},
+	ProblemResponseTooLarge: {http.StatusGone, "Response not replayable"},
 	ProblemMisconfigured:    {http.StatusInternalServerError, "Server misconfigured"},
 }
 

@@ -137,7 +137,7 @@ func TestProblemKindsAreDefinedOnce(t *testing.T) {
 	assert.Equal(t, core.ProblemKeyMissing.Status(), p.Status)
 	for _, k := range []core.ProblemKind{core.ProblemKeyMissing, core.ProblemKeyInvalid, core.ProblemKeyReused,
 		core.ProblemInProgress, core.ProblemBodyTooLarge, core.ProblemBodyUnreadable, core.ProblemStoreUnavailable,
-		core.ProblemCollision, core.ProblemNotRecorded, core.ProblemNotReplayable, core.ProblemMisconfigured} {
+		core.ProblemCollision, core.ProblemNotRecorded, core.ProblemResponseTooLarge, core.ProblemMisconfigured} {
 		assert.NotEmpty(t, k.Title(), "title of %s", k)
 		assert.GreaterOrEqual(t, k.Status(), 400, "status of %s", k)
 	}

@@ -142,7 +142,9 @@
 // database has schemas), with PRIMARY KEY (scope, idem_key) and an index on created_at
 // named <table>_created_at_idx. Schema returns its DDL for the store's dialect with the
 // configured name; Migrate runs that DDL when the table is missing, and on a table made
-// from it (by hand or by a migration tool) does nothing. Give Migrate a deadline:
+// from it (by hand or by a migration tool) does nothing. On any other existing table it
+// adds only what is missing (a column, the index) and never alters or drops a column.
+// Give Migrate a deadline:
 //
 //	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 //	defer cancel()

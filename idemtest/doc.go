@@ -32,5 +32,6 @@
 //
 // Every run uses fresh random keys, sends about 30 requests plus Target.Parallel, and is
 // bounded by Target.Timeout and each request by Target.RequestTimeout. Run returns the
-// Report (the CLI prints it as text or JSON); Check reports failures through testing.TB.
+// Report (the CLI prints it as text or JSON); Check reports failures through testing.TB
+// and logs the whole report, so `go test -v` shows it when every check passes.
 package idemtest

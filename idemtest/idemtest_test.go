@@ -285,6 +285,21 @@ func TestCheckReportsEachFailureWithItsCheck(t *testing.T) {
 	assert.Contains(t, rec.logs[0], "FAILED:")
 }
 
+// TestCheckLogsThePassingReport: a run where every check passes reports no error and logs
+// the whole report once, so go test -v shows what was checked.
+func TestCheckLogsThePassingReport(t *testing.T) {
+	s := &shop{}
+	rec := &recorder{TB: t}
+	rep := idemtest.Check(rec, target(s.protected(memstore.New()), s))
+	require.False(t, rep.Failed())
+	assert.Empty(t, rec.errors)
+	require.Len(t, rec.logs, 1)
+	for _, name := range allChecks {
+		assert.Contains(t, rec.logs[0], "PASS  "+name, "the report lists %s", name)
+	}
+	assert.Contains(t, rec.logs[0], "ok: 8 passed, 0 failed, 0 skipped")
+}
+
 func TestInvalidTargets(t *testing.T) {
 	for name, tg := range map[string]idemtest.Target{
 		"no handler or URL": {Path: "/v1/orders"},

@@ -58,8 +58,9 @@ func Run(ctx context.Context, t Target) (Report, error) {
 }
 
 // Check runs every check against target from a test and reports each failure with
-// t.Errorf, naming the check, what it expected and what came back; the whole report is
-// logged when anything failed. An invalid Target is fatal. It returns the report.
+// t.Errorf, naming the check, what it expected and what came back. The whole report is
+// logged with t.Log, pass or fail: go test prints it when the test fails, and with -v when
+// it passes. An invalid Target is fatal. It returns the report.
 //
 //	idemtest.Check(t, idemtest.Target{Handler: srv, Path: "/v1/orders",
 //		Body: func(int) []byte { return []byte(`{"item":"book"}`) }, SideEffects: countOrders})
@@ -77,11 +78,9 @@ func Check(t testing.TB, target Target) Report {
 	if rep.Err != "" {
 		t.Errorf("idemtest: stopped early: %s", rep.Err)
 	}
-	if rep.Failed() {
-		var b strings.Builder
-		_ = rep.WriteText(&b)
-		t.Log("\n" + b.String())
-	}
+	var b strings.Builder
+	_ = rep.WriteText(&b)
+	t.Log("\n" + b.String())
 	return rep
 }
 

@@ -2,16 +2,17 @@
 //
 //	go run github.com/idemkit/idem/cmd/idem <command> [flags]
 //
-//	migrate -db URL [-table T]                    create the key table (the stores' own DDL)
-//	sweep   -db URL [-retention 24h] [-batch 5000] delete expired keys once, batch by batch
-//	show    -db URL -scope S -key K               one key: why did my retry get a 409?
-//	stats   -db URL [-retention 24h]              keys by state, oldest, expired not swept
+//	migrate -db URL [-table T]                               create the key table (the stores' own DDL)
+//	sweep   -db URL [-table T] [-retention 24h] [-batch 5000] delete expired keys once, batch by batch
+//	show    -db URL [-table T] -scope S -key K               one key: why did my retry get a 409?
+//	stats   -db URL [-table T] [-retention 24h]              keys by state, oldest, expired not swept
 //	check   -url URL [-url URL2 …] -body @f.json -header 'K: V' …   run idemtest's checks over HTTP
 //
 // -db is postgres://…, mysql://user:pass@tcp(host:port)/db (or mysql://user:pass@host:port/db,
 // or a bare go-sql-driver DSN), or sqlite:PATH (or a file path). PostgreSQL goes through
-// pgxstore, the others through gormstore. -table defaults to idempotency_keys and may be
-// schema-qualified on PostgreSQL.
+// pgxstore, the others through gormstore. -table names the key table for migrate, sweep,
+// show and stats alike: idempotency_keys by default, the name given to the store's
+// WithTable otherwise (schema-qualified on PostgreSQL if it is there).
 //
 // Exit status: 0 success; 1 a failed check, a key not found, or a database error; 2 a
 // command-line error.

@@ -275,7 +275,7 @@ func writeKey(w io.Writer, r *keyRow, retention time.Duration) {
 }
 
 // omittedHeader is the stored header by which the engine marks a response whose body
-// was over its MaxResponseBody (core's engine.go): retries get 409 response-too-large.
+// was over its MaxResponseBody (core's engine.go): retries get 410 response-too-large.
 const omittedHeader = "Idempotent-Body-Omitted"
 
 // verdict is what the engine answers a retry with the same request, today.
@@ -284,7 +284,7 @@ func verdict(r *keyRow, omitted string, live, expired bool) string {
 	case expired && !live:
 		return "a fresh run: the key is past the retention"
 	case r.State == "completed" && omitted != "":
-		return fmt.Sprintf("409 response-too-large: completed with %d, its %s-byte body too large to keep", r.ResponseCode.Int64, omitted)
+		return fmt.Sprintf("410 response-too-large: completed with %d, its %s-byte body too large to keep", r.ResponseCode.Int64, omitted)
 	case r.State == "completed":
 		return fmt.Sprintf("a replay of %d (422 if the request differs)", r.ResponseCode.Int64)
 	case live:

@@ -77,7 +77,7 @@ func run() error {
 	// Only the /v1 group is keyed: auth first, so the scope is the caller's account.
 	v1 := r.Group("/v1", auth, ginidem.New(ginidem.Config{
 		Scope:  func(c *gin.Context) string { return c.GetString("account") },
-		Config: core.Config{Store: store},
+		Config: core.Config{Store: store, Logger: slog.Default()}, // 409s, 503s, takeovers; quiet without one
 	}))
 	v1.POST("/orders", createOrder)
 	v1.GET("/orders/:id", getOrder(pool)) // GET passes through the middleware untouched

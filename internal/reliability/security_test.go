@@ -196,8 +196,8 @@ func TestOversizeRequestBody(t *testing.T) {
 }
 
 // TestOversizeResponse: a storable response over MaxResponseBody reaches the first client
-// whole; the key keeps its status and headers without the body; a retry gets the 409
-// not-replayable problem with the stored Location, and the handler never runs again.
+// whole; the key keeps its status and headers without the body; a retry gets the 410
+// response-too-large problem with the stored Location, and the handler never runs again.
 func TestOversizeResponse(t *testing.T) {
 	t.Parallel()
 	const limit = 1024
@@ -213,9 +213,9 @@ func TestOversizeResponse(t *testing.T) {
 	}
 	for range 2 {
 		r := in.post("acct", "big-answer", "pad=4096", jsonBody(1))
-		mustProblem(t, r, http.StatusConflict, core.ProblemNotReplayable, false)
+		mustProblem(t, r, http.StatusGone, core.ProblemResponseTooLarge, false)
 		if r.header.Get("Location") != first.header.Get("Location") {
-			t.Fatalf("409 Location %q, want the stored %q", r.header.Get("Location"), first.header.Get("Location"))
+			t.Fatalf("410 Location %q, want the stored %q", r.header.Get("Location"), first.header.Get("Location"))
 		}
 		for k := range r.header {
 			if strings.HasPrefix(k, "Idempotent-Body") {
