@@ -94,7 +94,7 @@ func TestAnswersNeverRetried(t *testing.T) {
 		"403":                    status(403),
 		"404":                    status(404),
 		"409 business conflict":  status(409),
-		"409 response-too-large": problem(409, core.DefaultProblemBase+string(core.ProblemNotReplayable)),
+		"410 response-too-large": problem(410, core.DefaultProblemBase+string(core.ProblemResponseTooLarge)),
 		"409 not-in-progress":    problem(409, "https://api.example.com/problems/not-in-progress"),
 		"409 text/plain":         status(409, "Content-Type", "text/plain"),
 		"410":                    status(410),
