@@ -166,7 +166,7 @@ var floorVariants = []floorVariant{
 // its own. It logs each variant's throughput relative to the floor; compare ratios within
 // one run only (the machine is shared):
 //
-//	go test -run '^$' -bench BenchmarkFloor -benchtime 2s -count 3 ./pgxstore
+//	go test -run '^$' -bench 'BenchmarkFloor$' -benchtime 2s -count 3 ./pgxstore
 func BenchmarkFloor(b *testing.B) {
 	db := benchPool(b)
 	nsPerOp := make(map[string]float64, len(floorVariants))
