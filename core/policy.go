@@ -174,7 +174,7 @@ func (e *Engine) keyPolicy() KeyPolicy {
 		k.Format = "the header's value, surrounding spaces trimmed; one field only"
 	case keyJSON:
 		k.In, k.Name = "body", strings.Join(ks.path, ".")
-		k.Format = "a JSON string (the key is its content) or number (the key is its literal text)"
+		k.Format = "a JSON string, whose content is the key, or a number, whose literal text is"
 	default:
 		k.In = "custom"
 		k.Format = "found by the application's key function"

@@ -175,7 +175,7 @@ func summary(p core.Policy) string {
 	case "header":
 		where = "the `" + p.Key.Name + "` header"
 	case "body":
-		where = "the JSON body's member `" + p.Key.Name + "` (" + p.Key.Format + ")"
+		where = "the JSON body's member `" + p.Key.Name + "`, " + p.Key.Format
 	default:
 		where = "the request, as the server's key function finds it"
 	}
