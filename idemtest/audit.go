@@ -35,8 +35,9 @@ func (r Route) String() string { return r.Method + " " + r.Path }
 //	idemtest.RoutesOf(r.Routes()) // *gin.Engine
 //	idemtest.RoutesOf(e.Routes()) // *echo.Echo
 //
-// For another router, list the []Route yourself. RoutesOf panics when table is not such
-// a slice (a programming error).
+// Echo's pseudo-routes (method "echo_route_not_found", which a group with middleware
+// registers) are left out. For another router, list the []Route yourself. RoutesOf
+// panics when table is not such a slice (a programming error).
 func RoutesOf(table any) []Route {
 	v := reflect.ValueOf(table)
 	if v.Kind() != reflect.Slice {
@@ -57,6 +58,9 @@ func RoutesOf(table any) []Route {
 		m, p := e.FieldByName("Method"), e.FieldByName("Path")
 		if m.Kind() != reflect.String || p.Kind() != reflect.String {
 			panic(fmt.Sprintf("idemtest.RoutesOf: %T: elements have no string fields Method and Path", table))
+		}
+		if strings.HasPrefix(m.String(), "echo_route_") {
+			continue // not a method: Echo's RouteNotFound handlers
 		}
 		routes = append(routes, Route{Method: m.String(), Path: p.String()})
 	}
