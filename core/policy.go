@@ -197,9 +197,8 @@ const canonicalBody = "a JSON body compared canonically (RFC 8785: member order 
 // answers lists every answer of a keyed request under e's configuration.
 func (e *Engine) answers(p Policy) []Answer {
 	c := e.cfg
-	noun := c.Key.noun(c.HeaderName)
 	as := []Answer{
-		{Name: "first", Case: fmt.Sprintf("A new %s: the handler runs once; a response whose status is stored is recorded before it is sent.", noun)},
+		{Name: "first", Case: fmt.Sprintf("A new %s: the handler runs once; a response whose status is stored is recorded before it is sent.", c.Key.noun(c.HeaderName))},
 		{Name: "replay", Case: "The same key and request after the first completed: the recorded status, headers and body, byte for byte.", Headers: []string{replayedHeader}},
 		{Name: "not-stored", Case: fmt.Sprintf("The handler answered a status that is not stored (%s): the response is sent once and the key released, so a retry with it runs again.", StatusesOf(func(s int) bool { return !c.Storable(s) }))},
 	}
@@ -253,15 +252,15 @@ func (e *Engine) problemCase(k ProblemKind, p Policy) string {
 	switch k {
 	case ProblemInProgress:
 		if e.mode == ModeAtomic {
-			return fmt.Sprintf("The same key and request while the first is still running: it waits up to %s for the first to commit and then gets its outcome; when the wait runs out, this problem. A retry with the same key gets the outcome once there is one.", human(p.Wait))
+			return fmt.Sprintf("The same key and request while the first is still running: it waits up to %s for the first to commit and then gets its outcome; when the wait runs out, this problem. A retry with the same key gets the outcome once there is one.", durationText(p.Wait))
 		}
 		wait := "at once"
 		if p.Wait > 0 {
-			wait = fmt.Sprintf("if the first has not finished within %s (otherwise its outcome)", human(p.Wait))
+			wait = fmt.Sprintf("if the first has not finished within %s (otherwise its outcome)", durationText(p.Wait))
 		}
-		return fmt.Sprintf("The same key and request while the first is still running: this problem, %s. A retry with the same key gets the outcome once there is one; if the first attempt died, a retry after its lease (%s) takes over and resumes after its last committed phase.", wait, human(p.Lease))
+		return fmt.Sprintf("The same key and request while the first is still running: this problem, %s. A retry with the same key gets the outcome once there is one; if the first attempt died, a retry after its lease (%s) takes over and resumes after its last committed phase.", wait, durationText(p.Lease))
 	case ProblemKeyReused:
-		return fmt.Sprintf("The %s was first used with a different request (its fingerprint differs), whether that one finished or is still running: nothing runs.", noun(c))
+		return fmt.Sprintf("The %s was first used with a different request (its fingerprint differs), whether that one finished or is still running: nothing runs.", c.Key.noun(c.HeaderName))
 	case ProblemKeyMissing:
 		return fmt.Sprintf("A %s request without %s: nothing runs.", strings.Join(p.Methods, " or "), c.Key.where(c.HeaderName))
 	case ProblemKeyInvalid:
@@ -282,10 +281,8 @@ func (e *Engine) problemCase(k ProblemKind, p Policy) string {
 	return k.Title() + "."
 }
 
-func noun(c Config) string { return c.Key.noun(c.HeaderName) }
-
-// human writes d as people do: 24h, 30m, 90s, 2s, 500ms.
-func human(d time.Duration) string {
+// durationText writes d as people do: 24h, 30m, 90s, 2s, 500ms.
+func durationText(d time.Duration) string {
 	switch {
 	case d == 0:
 		return "0s"
@@ -364,13 +361,13 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 func (p Policy) Markdown(endpoint string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "### Idempotency for %s\n\n", endpoint)
-	fmt.Fprintf(&b, "- **Mechanism:** idem, %s.\n", mechanism(p))
+	fmt.Fprintf(&b, "- **Mechanism:** idem, %s.\n", mechanismText(p))
 	fmt.Fprintf(&b, "- **Key:** %s.\n", p.Key.describe(p.Methods))
 	fmt.Fprintf(&b, "- **Scope and retention:** keys belong to %s and never collide across scopes; a key is kept %s (%s), then counts as absent and a retry runs again.\n",
-		p.Scope, human(p.Retention), plural(int64(p.Retention/time.Second), "second"))
+		p.Scope, durationText(p.Retention), countText(int64(p.Retention/time.Second), "second"))
 	fmt.Fprintf(&b, "- **Fingerprint:** %s. The same key with another fingerprint is refused.\n", p.Fingerprint.describe())
 	fmt.Fprintf(&b, "- **Stored:** statuses %s; headers %s; request bodies up to %s, recorded response bodies up to %s.\n",
-		p.Stored, code(p.ReplayHeaders), plural(p.MaxRequestBody, "byte"), plural(int64(p.MaxResponseBody), "byte"))
+		p.Stored, codeList(p.ReplayHeaders), countText(p.MaxRequestBody, "byte"), countText(int64(p.MaxResponseBody), "byte"))
 	b.WriteString("- **Responses:**\n\n  | case | status | problem | headers |\n  | --- | --- | --- | --- |\n")
 	for _, a := range p.Answers {
 		status, problem, headers := "the handler's", "", make([]string, 0, len(a.Headers))
@@ -406,12 +403,12 @@ func (p Policy) Markdown(endpoint string) string {
 	return b.String()
 }
 
-func mechanism(p Policy) string {
+func mechanismText(p Policy) string {
 	switch p.Mode {
 	case ModeAtomic:
 		return "atomic mode: the claim, the handler's database writes and the recorded response commit in one transaction; a failure rolls all of them back"
 	case ModePhased:
-		return fmt.Sprintf("phased mode: the claim commits with a %s lease, each named phase commits with its recovery point, and a retry after a crash takes over once the lease has passed and resumes after the last committed phase", human(p.Lease))
+		return fmt.Sprintf("phased mode: the claim commits with a %s lease, each named phase commits with its recovery point, and a retry after a crash takes over once the lease has passed and resumes after the last committed phase", durationText(p.Lease))
 	}
 	return "mode " + p.Mode.String()
 }
@@ -439,7 +436,7 @@ func (f FingerprintPolicy) describe() string {
 	}
 	s := strings.Join(f.Covers, ", ")
 	if len(f.Headers) > 0 {
-		s += " (headers " + code(f.Headers) + ")"
+		s += " (headers " + codeList(f.Headers) + ")"
 	}
 	if f.Body != "" {
 		s += "; " + f.Body
@@ -447,15 +444,15 @@ func (f FingerprintPolicy) describe() string {
 	return s
 }
 
-// code writes names as inline code, comma separated; "none" when there are none.
-func code(names []string) string {
+// codeList writes names as inline code, comma separated; "none" when there are none.
+func codeList(names []string) string {
 	if len(names) == 0 {
 		return "none"
 	}
 	return "`" + strings.Join(names, "`, `") + "`"
 }
 
-func plural(n int64, unit string) string {
+func countText(n int64, unit string) string {
 	if n == 1 {
 		return "1 " + unit
 	}

@@ -273,7 +273,7 @@ func RunAudit(ctx context.Context, a AuditTarget) (AuditReport, error) {
 	header.Del(a.KeyHeader)
 	s := &sender{t: Target{Header: header, KeyHeader: a.KeyHeader, RequestTimeout: a.RequestTimeout}, bases: []string{base}, c: a.Client}
 	if s.c == nil {
-		s.c = &http.Client{Timeout: a.RequestTimeout}
+		s.c = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: a.RequestTimeout}
 	}
 	defer s.c.CloseIdleConnections()
 
