@@ -260,7 +260,11 @@ func (e *Engine) problemCase(k ProblemKind, p Policy) string {
 		}
 		return fmt.Sprintf("The same key and request while the first is still running: this problem, %s. A retry with the same key gets the outcome once there is one; if the first attempt died, a retry after its lease (%s) takes over and resumes after its last committed phase.", wait, durationText(p.Lease))
 	case ProblemKeyReused:
-		return fmt.Sprintf("The %s was first used with a different request (its fingerprint differs), whether that one finished or is still running: nothing runs.", c.Key.noun(c.HeaderName))
+		when := "whether that one finished or is still running"
+		if e.mode == ModeAtomic {
+			when = "once that one has committed (while it runs, this request waits for it, as for in-progress)"
+		}
+		return fmt.Sprintf("The %s was first used with a different request (its fingerprint differs): nothing runs. The answer comes %s.", c.Key.noun(c.HeaderName), when)
 	case ProblemKeyMissing:
 		return fmt.Sprintf("A %s request without %s: nothing runs.", strings.Join(p.Methods, " or "), c.Key.where(c.HeaderName))
 	case ProblemKeyInvalid:
