@@ -52,7 +52,8 @@
 // webhook receiver and a NATS JetStream consumer.
 //
 // The package serves three readers. Application code uses Config, Middleware, Engine.Do,
-// Operation (phases and derived keys), Sweeper, Hooks, the problems and the errors.
+// Operation (phases and derived keys), Sweeper, Hooks, Policy (a route's contract, to
+// publish: idemopenapi puts it in an OpenAPI document), the problems and the errors.
 // Framework adapters use Engine.Handle and Buffer. Store authors implement the seam in
 // core/storage and run core/storetest.
 package core

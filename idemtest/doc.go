@@ -34,4 +34,19 @@
 // bounded by Target.Timeout and each request by Target.RequestTimeout. Run returns the
 // Report (the CLI prints it as text or JSON); Check reports failures through testing.TB
 // and logs the whole report, so `go test -v` shows it when every check passes.
+//
+// # Audit: which unsafe routes are guarded
+//
+// Check verifies one route; Audit finds the routes to verify. Given the app's route
+// table (RoutesOf adapts gin.Engine.Routes and echo.Echo.Routes in one line), it sends
+// each unsafe route (POST, PUT, PATCH, DELETE; path parameters filled with a
+// placeholder) one request without a key and fails the test for each that is neither
+// guarded by idem (400 key-missing) nor on the allow-list:
+//
+//	idemtest.Audit(t, idemtest.AuditTarget{Handler: r, Routes: idemtest.RoutesOf(r.Routes()),
+//		Header: http.Header{"Authorization": {"Bearer test"}}, Allow: []string{"POST /login"}})
+//
+// An unguarded route's handler runs with that request, so audit a test instance. The
+// audit sees only what reaches idem: a route whose chain refuses the request before idem
+// runs (authentication, a validator) is reported with what it answered; RunAudit says more.
 package idemtest

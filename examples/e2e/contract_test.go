@@ -46,6 +46,8 @@ func TestExamples(t *testing.T) {
 			{"GetIgnoresKey", testGetIgnoresKey},
 			{"Webhooks", testWebhooks},
 			{"Metrics", testMetrics},
+			{"PublishedPolicy", testPublishedPolicy},
+			{"Audit", testAudit},
 		} {
 			if !t.Run(c.name, func(t *testing.T) { c.f(t, s) }) {
 				break

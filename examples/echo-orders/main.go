@@ -37,6 +37,7 @@ func router(app *demo.App) http.Handler {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.Use(recoverer)
+	e.GET(demo.OpenAPIPath, echo.WrapHandler(http.HandlerFunc(app.ServeOpenAPI))) // the API's OpenAPI document, no account needed
 
 	scope := func(c echo.Context) string { return account(c) }
 	orders := echoidem.NewWithConfig(echoidem.Config{Scope: scope, Config: app.OrdersIdem()})     // atomic

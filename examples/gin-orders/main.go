@@ -37,6 +37,7 @@ func router(app *demo.App) http.Handler {
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.Use(gin.Recovery())
+	r.GET(demo.OpenAPIPath, gin.WrapF(app.ServeOpenAPI)) // the API's OpenAPI document, no account needed
 
 	scope := func(c *gin.Context) string { return c.GetString(accountKey) }
 	orders := ginidem.New(ginidem.Config{Scope: scope, Config: app.OrdersIdem()})     // atomic

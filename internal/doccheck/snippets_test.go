@@ -57,7 +57,8 @@ func TestSnippetsAreTheirFiles(t *testing.T) {
 	}
 	// The README's quick start and recipes are snippets, not free text.
 	for _, name := range []string{"examples/quickstart/main.go", "examples/quickstart/recipes_test.go#skipper", "examples/quickstart/recipes_test.go#optional",
-		"idemclient/example_test.go#setup", "idemclient/example_test.go#withkey"} {
+		"idemclient/example_test.go#setup", "idemclient/example_test.go#withkey",
+		"examples/quickstart/policy_test.go#policy", "examples/quickstart/policy_test.go#audit"} {
 		assert.True(t, found[name], "README.md should show %s as a snippet", name)
 	}
 }

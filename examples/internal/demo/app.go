@@ -29,6 +29,7 @@ type App struct {
 	be       *backend
 	provider *provider
 	obs      *observer // /metrics and the access log
+	openapi  []byte    // the OpenAPI document, GET /openapi.json
 	// crash ends the process after a phase committed, or the payment row was written
 	// (-crash-after).
 	crash func(phase string)
@@ -53,6 +54,10 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	a := &App{cfg: cfg, log: log, be: be, provider: &provider{be: be}, obs: obs}
+	if a.openapi, err = a.openAPIJSON(ctx); err != nil {
+		be.close()
+		return nil, err
+	}
 	a.crash = func(phase string) {
 		log.Warn("crash injected: exiting with status 3 after " + phase)
 		os.Exit(3)
@@ -92,10 +97,9 @@ func (a *App) PaymentsIdem() core.Config {
 
 func (a *App) idem() core.Config {
 	return core.Config{
-		Store:       a.be.store,
-		Lease:       a.cfg.Lease,
-		Logger:      a.log,
-		Fingerprint: jsonFingerprint,
+		Store:  a.be.store,
+		Lease:  a.cfg.Lease,
+		Logger: a.log,
 		Hooks: core.JoinHooks(a.obs.hooks, core.HookFunc(func(ctx context.Context, ev core.Event) {
 			if a.log.Enabled(ctx, slog.LevelDebug) {
 				a.log.LogAttrs(ctx, slog.LevelDebug, "idem: "+string(ev.Outcome), slog.String("account", ev.Scope),
@@ -104,21 +108,6 @@ func (a *App) idem() core.Config {
 			}
 		})),
 	}
-}
-
-// jsonFingerprint is core.Fingerprint for an API that reads every body as JSON, whatever
-// its Content-Type: the body is canonicalised (RFC 8785) even when the client sent none
-// (curl -d sends application/x-www-form-urlencoded), so key order and white space never
-// make a retry a different payload. core.Fingerprint alone canonicalises only bodies
-// labelled JSON.
-func jsonFingerprint(r *http.Request, body []byte) ([]byte, error) {
-	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
-		r2 := *r
-		r2.Header = r.Header.Clone()
-		r2.Header.Set("Content-Type", "application/json")
-		r = &r2
-	}
-	return core.Fingerprint(r, body)
 }
 
 // Authenticate returns the caller's account from the X-Account-ID header, or the 401

@@ -19,7 +19,9 @@
 //	func router(app *demo.App) http.Handler {
 //		// routes calling app.CreateOrder, app.ListOrders … and writing their Reply,
 //		// behind a check of demo.Authenticate and the middleware configured by
-//		// app.OrdersIdem (atomic) and app.PaymentsIdem (phased).
+//		// app.OrdersIdem (atomic) and app.PaymentsIdem (phased); and GET /openapi.json
+//		// answered by app.ServeOpenAPI: the API's OpenAPI document, with the keyed
+//		// routes' idempotency policies (app.Policies) published by idemopenapi.
 //	}
 //
 // Storage: without a database setting, GORM on the SQLite file orders.db in the working
