@@ -104,8 +104,9 @@ type Config struct {
 	RetryAfter time.Duration
 
 	// Logger gets one structured line (scope, key, method, path, the route when the
-	// router names one, and the error) per non-happy outcome: Error for a store failure,
-	// a failed recording or an empty scope; Warn for a key reused with another request
+	// router names one, each cut to its first 64 bytes, and the error) per non-happy
+	// outcome: Error for a store failure, a failed recording or a misconfiguration (an
+	// empty scope or one no store can hold, the middleware twice on a route); Warn for a key reused with another request
 	// (422) and a key that could not be released; Info for an answer of 409 in progress
 	// (a lost lease included) or 503 collision, and for a takeover of an expired lease
 	// (with the recovery point it resumes from); Debug for a released key (after a 5xx, a

@@ -38,8 +38,9 @@ type Event struct {
 	Scope   string
 	Key     string
 	Method  string
-	// Path is the request's URL path. It holds identifiers (/v1/orders/42): label
-	// metrics by Route instead.
+	// Path is the request's URL path, as the store keeps it: decoded, or as sent when
+	// the decoded path is not valid UTF-8 or holds a NUL. It holds identifiers
+	// (/v1/orders/42): label metrics by Route instead.
 	Path string
 	// Route is the pattern of the route that matched, as the router names it: the
 	// request's http.Request.Pattern, which ServeMux sets ("POST /v1/orders/{id}") and

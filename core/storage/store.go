@@ -56,13 +56,18 @@ const RecoveryStarted = "started"
 
 // Claim is what the engine asks a store for: the key of one request in one scope.
 type Claim struct {
-	// Scope isolates keys: the same key in two scopes names two operations.
+	// Scope isolates keys: the same key in two scopes names two operations. It is 1–255
+	// bytes of valid UTF-8 without NUL (core.MaxScopeLength; the engine refuses any other
+	// before calling the store), and a store keeps and returns it byte for byte.
 	Scope string
-	// Key is the parsed Idempotency-Key (1–255 printable ASCII characters).
+	// Key is the parsed Idempotency-Key (1–255 printable ASCII characters), kept and
+	// returned byte for byte.
 	Key string
 	// Fingerprint is the SHA-256 of the canonical request (32 bytes).
 	Fingerprint []byte
 	// Method and Path are stored for diagnostics; the fingerprint already covers them.
+	// Path is valid UTF-8 without NUL: a decoded path that would not be is given as
+	// sent, escaped.
 	Method string
 	Path   string
 	// Mode is ModeAtomic or ModePhased.
