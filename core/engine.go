@@ -604,8 +604,16 @@ func (e *Engine) bodyProblem(err error) *Problem {
 
 var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-// readBody reads the whole body, at most MaxRequestBody bytes. The returned buffer is
-// never nil and goes back to the pool with putBody.
+// firstBodyRead is the most readBody allocates before any byte has arrived, whatever
+// Content-Length declares: a client that declares 1 MiB and trickles one byte holds
+// 64 KiB, not 1 MiB.
+const firstBodyRead = 64 << 10
+
+// readBody reads the whole body, at most MaxRequestBody bytes. It allocates as the bytes
+// arrive: at most firstBodyRead (or the declared length and one byte, if less) at first,
+// then at most double what has arrived, never more than the declared length (or the
+// limit) and one byte. The returned buffer is never nil and goes back to the pool with
+// putBody.
 func (e *Engine) readBody(r *http.Request) (*bytes.Buffer, error) {
 	b := bodyPool.Get().(*bytes.Buffer)
 	b.Reset()
@@ -616,25 +624,46 @@ func (e *Engine) readBody(r *http.Request) (*bytes.Buffer, error) {
 	if r.ContentLength > limit {
 		return b, fmt.Errorf("%w: Content-Length %d over %d", ErrBodyTooLarge, r.ContentLength, limit)
 	}
-	if r.ContentLength > 0 {
-		b.Grow(int(r.ContentLength) + 1) // +1: room to see EOF without growing
+	// The most the buffer ever needs: the declared length or the limit, and one byte
+	// more, to see EOF (or a body over the limit) without growing.
+	most := limit + 1
+	if r.ContentLength > 0 { // 0 on a request with a body means unknown, as -1 does
+		most = r.ContentLength + 1
 	}
+	buf := b.AvailableBuffer() // the pooled buffer's memory, empty
 	for {
-		if b.Available() == 0 {
-			b.Grow(bytes.MinRead)
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) >= most { // longer than it declared: only the limit holds
+				most = limit + 1
+			}
+			buf = growBody(buf, most)
 		}
-		free := b.AvailableBuffer()[:b.Available()]
-		n, err := r.Body.Read(free)
-		b.Write(free[:n]) // appends in place: free is b's own spare capacity
+		n, err := r.Body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
 		switch {
-		case int64(b.Len()) > limit:
-			return b, fmt.Errorf("%w: over %d bytes", ErrBodyTooLarge, limit)
+		case int64(len(buf)) > limit:
+			err = fmt.Errorf("%w: over %d bytes", ErrBodyTooLarge, limit)
 		case err == io.EOF:
-			return b, nil
+			err = nil
 		case err != nil:
-			return b, readError(err)
+			err = readError(err)
+		default:
+			continue
 		}
+		*b = *bytes.NewBuffer(buf) // b holds what was read, in buf's memory: no copy
+		return b, err
 	}
+}
+
+// growBody returns a copy of buf, which is full, with room to read more: firstBodyRead
+// for an empty buf, else double its capacity, and never over most (more than len(buf)).
+func growBody(buf []byte, most int64) []byte {
+	c := int64(2 * cap(buf))
+	if cap(buf) == 0 {
+		c = firstBodyRead
+	}
+	c = min(max(c, bytes.MinRead), most)
+	return append(make([]byte, 0, c), buf...)
 }
 
 // readError classifies a failed body read; out of the read loop, so that the target
