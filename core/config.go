@@ -30,7 +30,8 @@ type Config struct {
 
 	// Key says where the key is when it is not in the HeaderName header: a webhook
 	// provider's delivery header (KeyFromHeader("X-GitHub-Delivery")) or an event ID in
-	// the JSON body (KeyFromJSON("id")). Setting both Key and HeaderName is an error.
+	// the JSON body (KeyFromJSON("id")). Setting Key together with a HeaderName other
+	// than the default is an error (Validate): HeaderName would go unused.
 	// Default: the zero KeySource, the HeaderName header.
 	Key KeySource
 

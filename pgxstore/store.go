@@ -23,7 +23,8 @@ import (
 // With a *pgxpool.Pool an atomic claim sends BEGIN and the claim in one round trip and the
 // completion and COMMIT in another. A *pgx.Conn is one connection: the store lets one
 // transaction use it at a time, so one atomic request (or one phased request's final
-// transaction) runs at a time and others wait up to their lock wait, then get
+// transaction) runs at a time and others wait for the connection, a claim up to its lock
+// wait and a phase, a completion or another statement up to a minute (holdWait), then get
 // storage.ErrTransient; that suits tests and command-line tools. With a pgx.Tx every claim
 // is a savepoint in your transaction and commits only when you commit it; a twin in the
 // same transaction is not held off, so use it for code that handles one request at a time.

@@ -96,8 +96,10 @@ type Claim struct {
 type Response struct {
 	// Status is the HTTP status code.
 	Status int
-	// Header holds the allow-listed headers only (never Set-Cookie, Authorization or
-	// WWW-Authenticate).
+	// Header holds the headers the engine records: those core.Config.ReplayHeaders
+	// allows (never Set-Cookie, Authorization, WWW-Authenticate or Proxy-Authenticate),
+	// and, when the body was over core.Config.MaxResponseBody and not kept, the engine's
+	// own Idempotent-Body-Omitted marker, which is never sent.
 	Header http.Header
 	// Body is the response body as bytes, never re-encoded.
 	Body []byte
