@@ -50,9 +50,6 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Mode returns the mode the engine runs: ModeAtomic or ModePhased.
-func (e *Engine) Mode() Mode { return e.mode }
-
 // Handle is the one entry point for framework adapters (ginidem and echoidem use it;
 // net/http users call Middleware). It runs the protocol for one request:
 //
