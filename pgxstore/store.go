@@ -44,11 +44,6 @@ var (
 const (
 	// DefaultTable is the table the store uses unless WithTable names another.
 	DefaultTable = defaultTable
-	// defaultLockWait bounds an atomic claim's wait for a twin when the claim sets none
-	// (the engine always sets one: core.Config.LockWait).
-	defaultLockWait = 2 * time.Second
-	// defaultLease is the lease of a claim that sets none.
-	defaultLease = 60 * time.Second
 	// maxSettle bounds how often one claim re-reads a key that changed under it.
 	maxSettle = 8
 	// maxRetries bounds how often an atomic claim starts again after a serialization
@@ -267,19 +262,13 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) 
 }
 
 // Claim claims c.Key in c.Scope, or reports the record that holds it; see storage.Store.
-// A zero c.LockWait waits 2s, a zero c.Lease is 60s and a zero c.Retention keeps keys
-// for ever; the engine sets all three.
+// A zero c.Retention keeps keys for ever; the engine sets it, and a positive c.Lease and
+// c.LockWait.
 func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
 	if c.Timeout > 0 && !deadlineWithin(ctx, c.Timeout) { // pgx transactions outlive the context they began with
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
 		defer cancel()
-	}
-	if c.LockWait <= 0 {
-		c.LockWait = defaultLockWait
-	}
-	if c.Lease <= 0 {
-		c.Lease = defaultLease
 	}
 	switch c.Mode {
 	case storage.ModeAtomic:

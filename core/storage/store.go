@@ -73,11 +73,12 @@ type Claim struct {
 	// Mode is ModeAtomic or ModePhased.
 	Mode Mode
 	// Lease is how long a phased claim blocks duplicates and takeover. Phase commits
-	// renew it.
+	// renew it. The engine always sets it (core.Config.Lease, positive); stores have no
+	// lease of their own.
 	Lease time.Duration
 	// LockWait bounds how long an atomic claim waits for a twin transaction in flight
-	// before returning ErrInProgress. The engine always sets it (core.Config.LockWait);
-	// stores have no lock-wait setting of their own.
+	// before returning ErrInProgress. The engine always sets it (core.Config.LockWait,
+	// positive); stores have no lock-wait setting of their own.
 	LockWait time.Duration
 	// Retention: a key created longer ago than this counts as absent (unless its lease
 	// is live), even before the sweeper deletes it. The engine sets it to the store's
