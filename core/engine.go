@@ -62,6 +62,9 @@ func New(cfg Config) (*Engine, error) {
 //     write its response into held, and r2's context carries the Operation and the
 //     store's transaction. What reaches w is then the recorded response, a replay, or
 //     a problem.
+//   - A request of a method that takes part and already runs under an operation (a
+//     second idem middleware on the route: a group's and the route's own) is refused
+//     with a 500 problem of kind ProblemMisconfigured naming the route; next does not run.
 //
 // Handle reports whether next ran. When it returns false the engine has answered on w
 // (a replay or a problem) and the adapter must stop its chain. next must not keep held
