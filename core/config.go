@@ -30,7 +30,8 @@ type Config struct {
 
 	// Key says where the key is when it is not in the HeaderName header: a webhook
 	// provider's delivery header (KeyFromHeader("X-GitHub-Delivery")) or an event ID in
-	// the JSON body (KeyFromJSON("id")). Setting both Key and HeaderName is an error.
+	// the JSON body (KeyFromJSON("id")). Setting Key together with a HeaderName other
+	// than the default is an error (Validate): HeaderName would go unused.
 	// Default: the zero KeySource, the HeaderName header.
 	Key KeySource
 
@@ -104,8 +105,9 @@ type Config struct {
 	RetryAfter time.Duration
 
 	// Logger gets one structured line (scope, key, method, path, the route when the
-	// router names one, and the error) per non-happy outcome: Error for a store failure,
-	// a failed recording or an empty scope; Warn for a key reused with another request
+	// router names one, each cut to its first 64 bytes, and the error) per non-happy
+	// outcome: Error for a store failure, a failed recording or a misconfiguration (an
+	// empty scope or one no store can hold, the middleware twice on a route); Warn for a key reused with another request
 	// (422) and a key that could not be released; Info for an answer of 409 in progress
 	// (a lost lease included) or 503 collision, and for a takeover of an expired lease
 	// (with the recovery point it resumes from); Debug for a released key (after a 5xx, a

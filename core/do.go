@@ -49,17 +49,19 @@ import (
 //   - The store failed or could not record the outcome: an error wrapping the store's
 //     (ErrTransient for a serialization failure: retry at once). Nothing ran unprotected;
 //     redeliver later.
-//   - An empty scope: ErrEmptyScope; a malformed id: ErrInvalidKey. Both are the caller's
-//     bug; nothing is claimed.
+//   - An empty scope: ErrEmptyScope; a scope no store can hold (see MaxScopeLength):
+//     ErrInvalidScope; a malformed id: ErrInvalidKey. Each is the caller's bug; nothing
+//     is claimed.
 //
 // Hooks and the Logger see Do's outcomes as they see a request's, with empty Method and
 // Path and a Status of 0.
 func (e *Engine) Do(ctx context.Context, scope, id string, fingerprint []byte, fn func(ctx context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
 	c := &call{start: e.now(), Claim: storage.Claim{Scope: scope, Key: id, Fingerprint: doFingerprint(fingerprint), Mode: e.mode.storage(),
 		Lease: e.cfg.Lease, LockWait: e.cfg.LockWait, Retention: e.retention, Timeout: e.cfg.LockWait + e.cfg.StoreTimeout}}
-	if scope == "" {
-		e.observe(ctx, c, OutcomeRejected, 0, ErrEmptyScope)
-		return nil, false, fmt.Errorf("idem: Do %q: %w", id, ErrEmptyScope)
+	if err := checkScope(scope); err != nil {
+		c.Scope = clip(scope)
+		e.observe(ctx, c, OutcomeRejected, 0, err)
+		return nil, false, fmt.Errorf("idem: Do %q: %w", id, err)
 	}
 	if err := checkKey(id, 1); err != nil {
 		e.observe(ctx, c, OutcomeRejected, 0, err)

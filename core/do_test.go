@@ -172,12 +172,16 @@ func TestDoParallelDuplicatesRunOnce(t *testing.T) {
 	assert.Equal(t, int64(1), runs.Load())
 }
 
-func TestDoRefusesAnEmptyScopeOrAMalformedID(t *testing.T) {
+func TestDoRefusesABadScopeOrAMalformedID(t *testing.T) {
 	t.Parallel()
 	eng := newDoEngine(t, core.Config{})
 	never := func(context.Context) ([]byte, error) { t.Fatal("ran"); return nil, nil }
 	_, _, err := eng.Do(t.Context(), "", "m", nil, never)
 	require.ErrorIs(t, err, core.ErrEmptyScope)
+	for _, scope := range []string{strings.Repeat("x", core.MaxScopeLength+1), "\xff", "a\x00b"} {
+		_, _, err := eng.Do(t.Context(), scope, "m", nil, never)
+		require.ErrorIs(t, err, core.ErrInvalidScope, "scope %q", scope)
+	}
 	for _, id := range []string{"", strings.Repeat("x", 256), "é", "a\nb"} {
 		_, _, err := eng.Do(t.Context(), "s", id, nil, never)
 		require.ErrorIs(t, err, core.ErrInvalidKey, "id %q", id)

@@ -39,8 +39,9 @@
 // collide across scopes. It is called only for keyed requests, so the middleware must
 // run after authentication. A scope of "" fails closed: the handler does not run,
 // nothing is stored, the client gets a 500 problem of kind ProblemMisconfigured and the
-// logger an error naming the route, rather than one key space shared by every caller. A
-// single-tenant API returns a constant.
+// logger an error naming the route, rather than one key space shared by every caller. So
+// does a scope no store can hold (see MaxScopeLength), and the middleware mounted twice
+// on one route. A single-tenant API returns a constant.
 //
 // Refusals are RFC 9457 problems, one ProblemKind each with a fixed status and title.
 // Their type URI is Config.ProblemBase followed by the kind; by default

@@ -9,8 +9,10 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemkit/idem/core/storage"
 )
@@ -48,9 +50,6 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Mode returns the mode the engine runs: ModeAtomic or ModePhased.
-func (e *Engine) Mode() Mode { return e.mode }
-
 // Handle is the one entry point for framework adapters (ginidem and echoidem use it;
 // net/http users call Middleware). It runs the protocol for one request:
 //
@@ -63,6 +62,9 @@ func (e *Engine) Mode() Mode { return e.mode }
 //     write its response into held, and r2's context carries the Operation and the
 //     store's transaction. What reaches w is then the recorded response, a replay, or
 //     a problem.
+//   - A request of a method that takes part and already runs under an operation (a
+//     second idem middleware on the route: a group's and the route's own) is refused
+//     with a 500 problem of kind ProblemMisconfigured naming the route; next does not run.
 //
 // Handle reports whether next ran. When it returns false the engine has answered on w
 // (a replay or a problem) and the adapter must stop its chain. next must not keep held
@@ -84,7 +86,11 @@ func (e *Engine) Handle(w http.ResponseWriter, r *http.Request, scope func() str
 // handle is Handle for a request whose method takes part. It returns the body buffer it
 // read, if any, for Handle to put back.
 func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() string, next func(held *Buffer, r *http.Request)) (ran bool, body *bytes.Buffer) {
-	c := &call{start: e.now(), route: r.Pattern, Claim: storage.Claim{Method: r.Method, Path: r.URL.Path}}
+	c := &call{start: e.now(), route: r.Pattern, Claim: storage.Claim{Method: r.Method, Path: storedPath(r)}}
+	if outer, ok := r.Context().Value(operationKey{}).(*Operation); ok {
+		e.nested(w, r, c, outer)
+		return false, nil
+	}
 	if e.cfg.Key.readsBody() {
 		// The key is in the body: read it first, once and bounded, as the fingerprint would.
 		var err error
@@ -107,15 +113,13 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 			next(nil, r)
 			return true, body
 		}
-		e.reject(w, r, c, e.newProblem(ProblemKeyMissing, fmt.Sprintf("%s %s requires %s.", r.Method, r.URL.Path, e.cfg.Key.where(e.cfg.HeaderName)), ErrKeyMissing))
+		e.reject(w, r, c, e.newProblem(ProblemKeyMissing, fmt.Sprintf("%s %s requires %s.", clip(r.Method), clip(c.Path), e.cfg.Key.where(e.cfg.HeaderName)), ErrKeyMissing))
 		return false, body
 	}
 	c.Key = key
 	sc := scope()
-	if sc == "" {
-		e.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idem: the scope function returned an empty scope; refusing the request (is the idempotency middleware mounted before authentication?)",
-			e.attrs(c, ErrEmptyScope)...)
-		e.reject(w, r, c, e.newProblem(ProblemMisconfigured, "The server could not tell which caller this request belongs to, so it did not run it. This is a server misconfiguration, not a client error.", ErrEmptyScope))
+	if err := checkScope(sc); err != nil {
+		e.badScope(w, r, c, sc, err)
 		return false, body
 	}
 
@@ -132,7 +136,7 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 		return false, body
 	}
 
-	c.Claim = storage.Claim{Scope: sc, Key: key, Fingerprint: fp, Method: r.Method, Path: r.URL.Path,
+	c.Claim = storage.Claim{Scope: sc, Key: key, Fingerprint: fp, Method: r.Method, Path: c.Path,
 		Mode: e.mode.storage(), Lease: e.cfg.Lease, LockWait: e.cfg.LockWait, Retention: e.retention, Timeout: e.cfg.LockWait + e.cfg.StoreTimeout}
 	lock, rec, err := e.claim(r.Context(), c)
 	switch {
@@ -146,6 +150,47 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 		e.execute(w, r, c, lock, body.Bytes(), next)
 		return true, body
 	}
+}
+
+// badScope refuses a request whose scope function returned a scope that checkScope
+// refused (err): the application's bug, so a 500 problem and an error log line.
+func (e *Engine) badScope(w http.ResponseWriter, r *http.Request, c *call, scope string, err error) {
+	if errors.Is(err, ErrEmptyScope) {
+		e.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idem: the scope function returned an empty scope; refusing the request (is the idempotency middleware mounted before authentication?)",
+			e.attrs(c, err)...)
+		e.reject(w, r, c, e.newProblem(ProblemMisconfigured, "The server could not tell which caller this request belongs to, so it did not run it. This is a server misconfiguration, not a client error.", err))
+		return
+	}
+	c.Scope = clip(scope)
+	e.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idem: the scope function returned a scope no store can hold; refusing the request (a scope is 1-255 bytes of valid UTF-8 without NUL)",
+		e.attrs(c, err)...)
+	e.reject(w, r, c, e.newProblem(ProblemMisconfigured, "The server named the caller of this request in a form it cannot store, so it did not run it. This is a server misconfiguration, not a client error.", err))
+}
+
+// nested refuses a request that already runs under an operation: a second idem
+// middleware on one route (a group's and the route's own), which would claim the key the
+// first one holds and answer 409 for ever. The problem lands in the outer middleware's
+// buffer; a 500 is not storable, so the outer one releases the key and sends it.
+func (e *Engine) nested(w http.ResponseWriter, r *http.Request, c *call, outer *Operation) {
+	route := r.Pattern
+	if route == "" {
+		route = r.Method + " " + r.URL.Path
+	}
+	err := fmt.Errorf("%w: the idempotency middleware runs twice on %s", ErrInvalidConfig, clip(route))
+	c.Scope, c.Key = outer.scope, outer.key
+	e.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idem: a second idempotency middleware on the route; refusing the request (mount it once: on the group or on the route)",
+		e.attrs(c, err)...)
+	e.reject(w, r, c, e.newProblem(ProblemMisconfigured, fmt.Sprintf("The server runs its idempotency check twice on %s, so it did not run the request. This is a server misconfiguration, not a client error.", clip(route)), err))
+}
+
+// storedPath is the request's path as stores keep it, for diagnostics: the decoded path,
+// or the path as sent (escaped, so ASCII) when the decoded one is not valid UTF-8 or holds
+// a NUL (a client sent %FF or %00), which PostgreSQL's text and MariaDB's utf8mb4 refuse.
+func storedPath(r *http.Request) string {
+	if p := r.URL.Path; utf8.ValidString(p) && strings.IndexByte(p, 0) < 0 {
+		return p
+	}
+	return r.URL.EscapedPath()
 }
 
 // findKey returns the request's key from Config.Key; body is nil unless the key is in it.
@@ -501,16 +546,36 @@ func (e *Engine) inProgress(w http.ResponseWriter, r *http.Request, c *call, err
 }
 
 // attrs are the fields of every log line about c: scope, key, method, path, the route
-// when the router names one, and err unless nil.
+// when the router names one, and err unless nil. Each value a client can influence is
+// clipped to maxLogged bytes.
 func (e *Engine) attrs(c *call, err error) []slog.Attr {
-	a := append(make([]slog.Attr, 0, 7), slog.String("scope", c.Scope), slog.String("key", c.Key), slog.String("method", c.Method), slog.String("path", c.Path))
+	a := append(make([]slog.Attr, 0, 7), slog.String("scope", clip(c.Scope)), slog.String("key", clip(c.Key)),
+		slog.String("method", clip(c.Method)), slog.String("path", clip(c.Path)))
 	if c.route != "" {
-		a = append(a, slog.String("route", c.route))
+		a = append(a, slog.String("route", clip(c.route)))
 	}
 	if err != nil {
 		a = append(a, slog.Any("error", err))
 	}
 	return a
+}
+
+// maxLogged is the most bytes of a value a client can influence (scope, key, method,
+// path, route) that a log line or a problem's detail carries, so a client cannot make
+// one request write a megabyte of log.
+const maxLogged = 64
+
+// clip returns s, or its first maxLogged bytes (cut before a UTF-8 sequence that would
+// not fit) followed by "…".
+func clip(s string) string {
+	if len(s) <= maxLogged {
+		return s
+	}
+	i := maxLogged
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
 }
 
 func (e *Engine) reject(w http.ResponseWriter, r *http.Request, c *call, p *Problem) {
@@ -539,8 +604,16 @@ func (e *Engine) bodyProblem(err error) *Problem {
 
 var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-// readBody reads the whole body, at most MaxRequestBody bytes. The returned buffer is
-// never nil and goes back to the pool with putBody.
+// firstBodyRead is the most readBody allocates before any byte has arrived, whatever
+// Content-Length declares: a client that declares 1 MiB and trickles one byte holds
+// 64 KiB, not 1 MiB.
+const firstBodyRead = 64 << 10
+
+// readBody reads the whole body, at most MaxRequestBody bytes. It allocates as the bytes
+// arrive: at most firstBodyRead (or the declared length and one byte, if less) at first,
+// then at most double what has arrived, never more than the declared length (or the
+// limit) and one byte. The returned buffer is never nil and goes back to the pool with
+// putBody.
 func (e *Engine) readBody(r *http.Request) (*bytes.Buffer, error) {
 	b := bodyPool.Get().(*bytes.Buffer)
 	b.Reset()
@@ -551,25 +624,46 @@ func (e *Engine) readBody(r *http.Request) (*bytes.Buffer, error) {
 	if r.ContentLength > limit {
 		return b, fmt.Errorf("%w: Content-Length %d over %d", ErrBodyTooLarge, r.ContentLength, limit)
 	}
-	if r.ContentLength > 0 {
-		b.Grow(int(r.ContentLength) + 1) // +1: room to see EOF without growing
+	// The most the buffer ever needs: the declared length or the limit, and one byte
+	// more, to see EOF (or a body over the limit) without growing.
+	most := limit + 1
+	if r.ContentLength > 0 { // 0 on a request with a body means unknown, as -1 does
+		most = r.ContentLength + 1
 	}
+	buf := b.AvailableBuffer() // the pooled buffer's memory, empty
 	for {
-		if b.Available() == 0 {
-			b.Grow(bytes.MinRead)
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) >= most { // longer than it declared: only the limit holds
+				most = limit + 1
+			}
+			buf = growBody(buf, most)
 		}
-		free := b.AvailableBuffer()[:b.Available()]
-		n, err := r.Body.Read(free)
-		b.Write(free[:n]) // appends in place: free is b's own spare capacity
+		n, err := r.Body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
 		switch {
-		case int64(b.Len()) > limit:
-			return b, fmt.Errorf("%w: over %d bytes", ErrBodyTooLarge, limit)
+		case int64(len(buf)) > limit:
+			err = fmt.Errorf("%w: over %d bytes", ErrBodyTooLarge, limit)
 		case err == io.EOF:
-			return b, nil
+			err = nil
 		case err != nil:
-			return b, readError(err)
+			err = readError(err)
+		default:
+			continue
 		}
+		*b = *bytes.NewBuffer(buf) // b holds what was read, in buf's memory: no copy
+		return b, err
 	}
+}
+
+// growBody returns a copy of buf, which is full, with room to read more: firstBodyRead
+// for an empty buf, else double its capacity, and never over most (more than len(buf)).
+func growBody(buf []byte, most int64) []byte {
+	c := int64(2 * cap(buf))
+	if cap(buf) == 0 {
+		c = firstBodyRead
+	}
+	c = min(max(c, bytes.MinRead), most)
+	return append(make([]byte, 0, c), buf...)
 }
 
 // readError classifies a failed body read; out of the read loop, so that the target

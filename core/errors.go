@@ -32,6 +32,12 @@ var (
 	// problem (ProblemMisconfigured), never run in a key space shared by every caller.
 	ErrEmptyScope = errors.New("idem: empty scope")
 
+	// ErrInvalidScope reports a scope function that returned a scope no store can hold:
+	// over MaxScopeLength bytes, not valid UTF-8, or holding a NUL byte. Like an empty
+	// scope it is the application's bug: the request is refused with a 500 problem
+	// (ProblemMisconfigured), and Do returns it without claiming anything.
+	ErrInvalidScope = errors.New("idem: invalid scope")
+
 	// ErrInvalidConfig is wrapped by Config.Validate; the message names the field.
 	ErrInvalidConfig = errors.New("idem: invalid config")
 

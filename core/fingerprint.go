@@ -23,7 +23,10 @@ type hasher struct {
 var hasherPool = sync.Pool{New: func() any { return &hasher{buf: make([]byte, 0, 1024), h: sha256.New()} }}
 
 // Fingerprint is the default FingerprintFunc: SHA-256 over the method, the URL path, the
-// query (parameters sorted, so their order does not matter) and the body. A body that is
+// query (parameters sorted, so their order does not matter) and the body, each part
+// length-prefixed so that none can bleed into the next. The path is the decoded one, plus
+// the path as sent when its escaping differs from the default (so /files/a%2Fb and
+// /files/a/b differ, as they do to a router matching escaped segments). A body that is
 // one valid JSON value is canonicalised per RFC 8785 first, whatever its Content-Type
 // (clients such as curl -d send JSON as a form), so key order and white space do not
 // matter while values do; any other body is hashed as bytes. As RFC 8785 prescribes,
@@ -34,7 +37,10 @@ func Fingerprint(r *http.Request, body []byte) ([]byte, error) {
 }
 
 // FingerprintWithHeaders returns a FingerprintFunc that also covers the named request
-// headers (for example a tenant header that changes the meaning of the body).
+// headers (for example a tenant header that changes the meaning of the body): each name,
+// its number of values and each value, length-prefixed, so a value can never pass for a
+// name or for another header's value ({X-A: "X-B"} and {X-B: "X-B"} differ). A header
+// absent and a header sent empty differ too.
 func FingerprintWithHeaders(names ...string) FingerprintFunc {
 	canon := make([]string, len(names))
 	for i, n := range names {
@@ -54,13 +60,23 @@ func fingerprint(r *http.Request, body []byte, headers []string) ([]byte, error)
 	} else {
 		b = appendField(b, "")
 	}
+	if raw := r.URL.RawPath; raw != "" && r.URL.EscapedPath() == raw {
+		// The path as sent, when its escaping carries what Path lost (an escaped '/'). The
+		// field is tagged and absent otherwise, so the fingerprint of every other request
+		// is unchanged (stored keys keep matching). A length prefix never starts with the
+		// tag: its first byte is 0 for any field shorter than 16 MiB.
+		b = append(b, rawPathTag)
+		b = appendField(b, raw)
+	}
 	for _, name := range headers {
 		b = appendField(b, name)
-		for _, v := range r.Header[name] {
+		vs := r.Header[name]
+		b = appendCount(b, len(vs))
+		for _, v := range vs {
 			b = appendField(b, v)
 		}
 	}
-	b = append(b, 0xff) // end of the head; the body follows
+	b = append(b, headEnd) // the body follows
 	fp := make([]byte, 0, sha256.Size)
 	if cb, ok := st.canonicalBody(b, body); ok {
 		// The common case: head and canonical body in one buffer, hashed in one call
@@ -92,12 +108,21 @@ func (st *hasher) canonicalBody(b, body []byte) ([]byte, bool) {
 	return cb, err == nil
 }
 
-// appendField appends a length-prefixed field, so that no two different requests hash
-// the same sequence of bytes.
+// Markers in the head of the hashed bytes, where a length prefix could otherwise start.
+const (
+	rawPathTag = 0xfe // the escaped path follows
+	headEnd    = 0xff // the head ends; the body follows
+)
+
+// appendField appends a length-prefixed field, so that a field's bytes cannot pass for
+// the next field's.
 func appendField(b []byte, s string) []byte {
-	n := len(s)
-	b = append(b, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
-	return append(b, s...)
+	return append(appendCount(b, len(s)), s...)
+}
+
+// appendCount appends n as 4 bytes, big-endian.
+func appendCount(b []byte, n int) []byte {
+	return append(b, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 }
 
 func canonicalQuery(raw string) string {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -129,23 +130,106 @@ func FuzzFingerprint(f *testing.F) {
 	})
 }
 
-// TestFingerprintValuesAreStable pins the default fingerprint of a few requests. Stored
-// keys carry these values: a change to the bytes hashed would answer every retry that
-// spans an upgrade with 422, so it must be deliberate (and this test changed with it).
+// TestFingerprintValuesAreStable pins the fingerprint of a few requests. Stored keys
+// carry these values: a change to the bytes hashed would answer every retry that spans an
+// upgrade with 422, so it must be deliberate (and this test changed with it). The
+// FingerprintWithHeaders values changed once, when each header's number of values joined
+// its framing; the default fingerprint's have not changed.
 func TestFingerprintValuesAreStable(t *testing.T) {
 	t.Parallel()
-	for body, want := range map[string]string{
-		`{"b":[{"z":1,"a":2}],"a":{"y":"x","c":null}}`: "94adfab686514becaf6ed45bc2db2ac34f7d57fdbcf6dee01294d6ce170e5489",
-		`not json`:  "22ad594eacc9b9326acc3df68163f186b961c917affa94f965af05b08352304c",
-		``:          "f91ed94772df3f6c667829ca179a35bd5d86ddd6b507768ea2f2be6e62aee78f",
-		`{"a" : 1}`: "a8d93c94cb6c780101f2f493a9d82aab42565405c04d8f6ae4f3885eb16f9cb3",
+	for _, tc := range []struct {
+		body, plain, withHeader string
+	}{
+		{`{"b":[{"z":1,"a":2}],"a":{"y":"x","c":null}}`,
+			"2fdc1ac89605f4a88982400e719fc1d07befe6f95ae5348be747ed0f6408a4be", "89fa28aab10d4cbdb9d878d82d5fbaa275370f8c17141fe3895a531cf8d1d37d"},
+		{`not json`, "380cbea440833384987dddd24d53fc6095cf00b872276fc428bd5aed9b81d653", "6a6c0ec36b04bd464649518c1ec2e008735725ab1d855ae12bd673afc59545d1"},
+		{``, "fbf7d18e1beff6d7b5a19c4d1058f364c8cefe2f82ffd6c47253add9ae0a820e", "a6ef6f449cfc7b062437ed815765f1fca6d9fb0f1c5ef262cf6b7c549ed922c7"},
+		{`{"a" : 1}`, "6924dd1c8802467c1d69ae8572655ebffcebca98a116ed6009321088be7c0a6d", "c56104f99b31cff5389bf9116b5881e6fd066475fd802b2ba14b0c039e8fe813"},
 	} {
 		r := httptest.NewRequest(http.MethodPost, "/v1/orders?b=2&a=1", nil)
 		r.Header.Set("X-T", "t")
-		fp, err := core.FingerprintWithHeaders("X-T")(r, []byte(body))
+		fp, err := core.Fingerprint(r, []byte(tc.body))
 		require.NoError(t, err)
-		assert.Equal(t, want, hex.EncodeToString(fp), "fingerprint of %q", body)
+		assert.Equal(t, tc.plain, hex.EncodeToString(fp), "default fingerprint of %q", tc.body)
+		fp, err = core.FingerprintWithHeaders("X-T")(r, []byte(tc.body))
+		require.NoError(t, err)
+		assert.Equal(t, tc.withHeader, hex.EncodeToString(fp), "fingerprint with X-T of %q", tc.body)
 	}
+	// A path whose escaping differs from the default adds the path as sent.
+	r := httptest.NewRequest(http.MethodPost, "/v1/files/a%2Fb?b=2&a=1", nil)
+	fp, err := core.Fingerprint(r, []byte(`{"a":1}`))
+	require.NoError(t, err)
+	assert.Equal(t, "6ec201722a478314d61fd01aaad95ea4c88bd5dc8a77fd32808e22bf65e77e2c", hex.EncodeToString(fp))
+}
+
+// request is a request as a fingerprint sees it: built by hand, so that a case can put
+// any bytes in any part (a method "POS" and a path "T/x" included).
+func request(method, path, rawPath, query string, header http.Header) *http.Request {
+	return &http.Request{Method: method, URL: &url.URL{Path: path, RawPath: rawPath, RawQuery: query}, Header: header}
+}
+
+// TestFingerprintPartsDoNotBleed: pairs of requests whose parts, run together, spell the
+// same bytes, and which must still hash differently: every part is framed.
+func TestFingerprintPartsDoNotBleed(t *testing.T) {
+	t.Parallel()
+	type side struct {
+		r    *http.Request
+		body string
+	}
+	target := func(method, target, body string) side {
+		return side{httptest.NewRequest(method, target, nil), body}
+	}
+	for _, tc := range []struct {
+		name string
+		a, b side
+	}{
+		{"method into path", side{request("POST", "/x", "", "", nil), ""}, side{request("POS", "T/x", "", "", nil), ""}},
+		{"path into query", side{request("POST", "/x", "", "a=1", nil), ""}, side{request("POST", "/xa=1", "", "", nil), ""}},
+		{"escaped ? in the path", target("POST", "/x%3Fa=1", ""), target("POST", "/x?a=1", "")},
+		{"query into body", target("POST", "/x?a=1", ""), target("POST", "/x", "a=1")},
+		{"path into body", target("POST", "/xa", ""), target("POST", "/x", "a")},
+		{"method into body", side{request("POSTX", "/x", "", "", nil), ""}, side{request("POST", "/x", "", "", nil), "X"}},
+		{"escaped & in a query value", target("POST", "/x?a=1%26b%3D2", ""), target("POST", "/x?a=1&b=2", "")},
+		{"escaped / in the path", target("POST", "/files/a%2Fb", ""), target("POST", "/files/a/b", "")},
+		{"escaped / and an escaped %", target("POST", "/files/a%2Fb", ""), target("POST", "/files/a%252Fb", "")},
+		{"JSON and the same bytes as a form", target("POST", "/x", `{"a":1}`), target("POST", "/x", `a=1`)},
+	} {
+		fa, err := core.Fingerprint(tc.a.r, []byte(tc.a.body))
+		require.NoError(t, err)
+		fb, err := core.Fingerprint(tc.b.r, []byte(tc.b.body))
+		require.NoError(t, err)
+		assert.NotEqual(t, fa, fb, "%s: two different requests hash the same", tc.name)
+	}
+}
+
+// TestFingerprintWithHeadersFramesNamesAndValues: a header's value cannot pass for a
+// listed name, nor values move between headers, nor an empty header pass for an absent one.
+func TestFingerprintWithHeadersFramesNamesAndValues(t *testing.T) {
+	t.Parallel()
+	f := core.FingerprintWithHeaders("x-a", "X-B")
+	for _, tc := range []struct {
+		name string
+		a, b http.Header
+	}{
+		{"a value naming the next header", http.Header{"X-A": {"X-B"}}, http.Header{"X-B": {"X-B"}}},
+		{"a value moved to the next header", http.Header{"X-A": {"v"}}, http.Header{"X-B": {"v"}}},
+		{"two values and one", http.Header{"X-A": {"a", "b"}}, http.Header{"X-A": {"a"}, "X-B": {"b"}}},
+		{"absent and empty", http.Header{}, http.Header{"X-A": {""}}},
+		{"values in another order", http.Header{"X-A": {"a", "b"}}, http.Header{"X-A": {"b", "a"}}},
+		{"two fields and one joined", http.Header{"X-A": {"a", "b"}}, http.Header{"X-A": {"a,b"}}},
+	} {
+		fa, err := f(request("POST", "/x", "", "", tc.a), nil)
+		require.NoError(t, err)
+		fb, err := f(request("POST", "/x", "", "", tc.b), nil)
+		require.NoError(t, err)
+		assert.NotEqual(t, fa, fb, "%s: two different requests hash the same", tc.name)
+	}
+	unlisted := func(v string) []byte {
+		fp, err := f(request("POST", "/x", "", "", http.Header{"X-A": {"a"}, "X-C": {v}}), nil)
+		require.NoError(t, err)
+		return fp
+	}
+	assert.Equal(t, unlisted("1"), unlisted("2"), "a header not listed must not change the fingerprint")
 }
 
 // BenchmarkFingerprint splits the fingerprint of internal/peerbench's request (230

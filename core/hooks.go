@@ -17,12 +17,12 @@ type Outcome string
 const (
 	OutcomeClaimed    Outcome = "claimed"     // the key was free: the handler runs
 	OutcomeTookOver   Outcome = "took_over"   // an expired lease was taken over: the handler resumes
-	OutcomeReplayed   Outcome = "replayed"    // a stored response was sent again
+	OutcomeReplayed   Outcome = "replayed"    // a recorded outcome was answered again: the stored response, or the 409 response-too-large when its body was not kept
 	OutcomeConflict   Outcome = "conflict"    // the key is in progress or its lease was lost (409), or a twin collided and rolled back (503)
 	OutcomeMismatch   Outcome = "mismatch"    // the key was reused with another request: 422
 	OutcomeCompleted  Outcome = "completed"   // the response was recorded (and committed)
 	OutcomeRolledBack Outcome = "rolled_back" // the handler's answer was not recorded and the key released: an unstorable status (5xx), a panic or a cancelled request
-	OutcomeRejected   Outcome = "rejected"    // refused before any claim: bad key or body (400, 413), empty scope (500)
+	OutcomeRejected   Outcome = "rejected"    // refused before any claim: bad key or body (400, 413), a misconfiguration (500: an empty or invalid scope, the middleware twice on a route)
 	OutcomeStoreError Outcome = "store_error" // the store failed (503): before the handler, or recording its outcome (the key is then released)
 )
 
@@ -38,8 +38,9 @@ type Event struct {
 	Scope   string
 	Key     string
 	Method  string
-	// Path is the request's URL path. It holds identifiers (/v1/orders/42): label
-	// metrics by Route instead.
+	// Path is the request's URL path, as the store keeps it: decoded, or as sent when
+	// the decoded path is not valid UTF-8 or holds a NUL. It holds identifiers
+	// (/v1/orders/42): label metrics by Route instead.
 	Path string
 	// Route is the pattern of the route that matched, as the router names it: the
 	// request's http.Request.Pattern, which ServeMux sets ("POST /v1/orders/{id}") and

@@ -14,7 +14,7 @@ const MaxKeyLength = 255
 // ParseKey parses the values of the Idempotency-Key header fields of one request, as
 // http.Header.Values returns them. It reports ok=false when there is no field at all.
 //
-// The grammar (DESIGN.md "The key contract"): surrounding spaces and tabs are trimmed; a
+// The grammar (docs/problems.md, "key-invalid"): surrounding spaces and tabs are trimmed; a
 // value starting with '"' is an RFC 8941 sf-string (escapes \" and \\ only; parameters
 // after it are ignored) whose content is the key; any other value is the key itself and
 // may not contain a space or a comma (HTTP joins repeated fields with commas, so such a

@@ -6,8 +6,11 @@ import "net/http"
 // taking func(http.Handler) http.Handler). scope names the caller a key belongs to
 // (account, API key, tenant), read from the request after authentication; keys never
 // collide across scopes. It runs only for keyed requests, and a scope of "" refuses the
-// request with a 500 problem instead of sharing one key space between callers. A
-// single-tenant API returns a constant. Middleware panics when scope is nil.
+// request with a 500 problem instead of sharing one key space between callers, as does a
+// scope no store can hold (see MaxScopeLength). A single-tenant API returns a constant.
+// Mount the middleware once per route: a second one on a request the first already
+// handles (a group's and the route's own) refuses it with a 500 problem naming the route.
+// Middleware panics when scope is nil.
 func (e *Engine) Middleware(scope func(r *http.Request) string) func(http.Handler) http.Handler {
 	if scope == nil {
 		panic("idem: Engine.Middleware: scope is nil (return a constant for a single-tenant API)")

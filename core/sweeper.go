@@ -11,8 +11,11 @@ import (
 
 // Sweeper deletes keys past the store's retention (storage.Store.Retention, set where
 // the store is made, such as pgxstore.WithRetention) in batches, on an interval, until
-// its context is done. Claims and the sweeper read the same setting, so a live key is
-// never swept. Run one per deployment (several are harmless: batches are small and
+// its context is done. Claims and the sweeper read the same setting, so they agree on
+// what has expired, up to the skew between two clocks: the sweeper's cut-off is this
+// process's time less the retention, while a SQL store's claims judge a key's age by the
+// database's clock (keep them in sync, as NTP does). A key whose lease is live is never
+// swept, whatever the clocks say (Store.DeleteExpired). Run one per deployment (several are harmless: batches are small and
 // deletes idempotent). Stores that expire keys themselves (redisstore) need none.
 type Sweeper struct {
 	// Store is swept. Required.

@@ -142,3 +142,118 @@ func TestProblemKindsAreDefinedOnce(t *testing.T) {
 		assert.GreaterOrEqual(t, k.Status(), 400, "status of %s", k)
 	}
 }
+
+// TestSecondMiddlewareIsMisconfigured: the middleware mounted twice on one route (on a
+// group and on the route) would claim the key the first one holds and answer 409 for
+// ever. The second one refuses the request with a 500 problem naming the route, logs an
+// error, and the first one releases the key: nothing runs, nothing is kept.
+func TestSecondMiddlewareIsMisconfigured(t *testing.T) {
+	t.Parallel()
+	store := memstore.New()
+	var logs syncbuf.Buffer
+	eng, err := core.New(core.Config{Store: store, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	require.NoError(t, err)
+	var runs atomic.Int64
+	keyed := eng.Middleware(func(*http.Request) string { return "acct" })
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/orders", keyed(keyed(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}))))
+
+	for range 2 { // the retry gets the same answer: not a 409 left behind by the first
+		r := httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(orderJSON))
+		r.Header.Set("Idempotency-Key", "k")
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		assertProblem(t, w, http.StatusInternalServerError, core.ProblemMisconfigured)
+		assert.Contains(t, w.Body.String(), "POST /v1/orders", "the problem names the route")
+	}
+	assert.Zero(t, runs.Load(), "the handler must not run")
+	assert.Zero(t, store.Len(), "the outer middleware must release the key")
+
+	var line struct {
+		Level, Msg, Route, Scope, Key string
+	}
+	require.NoError(t, json.Unmarshal([]byte(strings.SplitN(logs.String(), "\n", 2)[0]), &line), "log: %s", logs.String())
+	assert.Equal(t, "ERROR", line.Level)
+	assert.Contains(t, line.Msg, "second idempotency middleware")
+	assert.Equal(t, "POST /v1/orders", line.Route, "the log line names the route")
+	assert.Equal(t, "acct", line.Scope, "the log line names the key the first middleware holds")
+	assert.Equal(t, "k", line.Key)
+}
+
+// TestScopeOutOfBoundsIsMisconfigured: a scope no store can hold (over 255 bytes, not
+// valid UTF-8, holding NUL) is the application's bug, refused in core before any store
+// call with a 500 problem and an error log line, never a store's retryable 503. A scope
+// at the limit, of multi-byte UTF-8, runs and replays.
+func TestScopeOutOfBoundsIsMisconfigured(t *testing.T) {
+	t.Parallel()
+	store := memstore.New()
+	var logs syncbuf.Buffer
+	eng, err := core.New(core.Config{Store: store, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	require.NoError(t, err)
+	var runs atomic.Int64
+	h := eng.Middleware(func(r *http.Request) string { return r.Header.Get("X-Scope") })(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1); w.WriteHeader(http.StatusCreated) }))
+	post := func(scope string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(orderJSON))
+		r.Header.Set("Idempotency-Key", "k")
+		r.Header.Set("X-Scope", scope) // net/http keeps the bytes; the scope function returns them
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	for name, scope := range map[string]string{
+		"256 bytes":        strings.Repeat("x", core.MaxScopeLength+1),
+		"a long multibyte": strings.Repeat("€", 86), // 258 bytes
+		"not UTF-8":        "acct-\xff",
+		"NUL":              "acct\x00",
+	} {
+		before := len(logs.String())
+		w := post(scope)
+		assertProblem(t, w, http.StatusInternalServerError, core.ProblemMisconfigured)
+		var line struct{ Level, Msg, Scope, Error string }
+		require.NoError(t, json.Unmarshal([]byte(logs.String()[before:]), &line), "%s: log %s", name, logs.String()[before:])
+		assert.Equal(t, "ERROR", line.Level, name)
+		assert.Contains(t, line.Msg, "scope no store can hold", name)
+		assert.Contains(t, line.Error, core.ErrInvalidScope.Error(), name)
+		assert.LessOrEqual(t, len(line.Scope), 64+len("…"), "%s: the log line carries a bounded prefix of the scope", name)
+	}
+	assert.Zero(t, runs.Load(), "the handler must not run")
+	assert.Zero(t, store.Len(), "nothing is claimed")
+
+	atLimit := "x" + strings.Repeat("€", 84) + "é" // 1 + 252 + 2 = 255 bytes
+	require.Len(t, atLimit, core.MaxScopeLength)
+	require.Equal(t, http.StatusCreated, post(atLimit).Code)
+	assert.Equal(t, "true", post(atLimit).Header().Get("Idempotent-Replayed"), "a scope at the limit replays")
+	assert.Equal(t, int64(1), runs.Load())
+}
+
+// TestLogLinesCarryABoundedPrefix: the scope, key, method and path a client chooses reach
+// the log at most 64 bytes each (cut on a UTF-8 boundary, then "…"), so one request
+// cannot write a megabyte of log.
+func TestLogLinesCarryABoundedPrefix(t *testing.T) {
+	t.Parallel()
+	var logs syncbuf.Buffer
+	eng, err := core.New(core.Config{Store: memstore.New(), Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	require.NoError(t, err)
+	scope := "x" + strings.Repeat("é", 127) // byte 64 is the second of an é: cut before it
+	h := eng.Middleware(func(*http.Request) string { return scope })(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusBadGateway) }))
+	key := strings.Repeat("k", core.MaxKeyLength)
+	path := "/v1/orders/" + strings.Repeat("p", 100<<10)
+	r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(orderJSON))
+	r.Header.Set("Idempotency-Key", key)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	require.Equal(t, http.StatusBadGateway, w.Code)
+
+	var line map[string]string
+	require.NoError(t, json.Unmarshal([]byte(strings.SplitN(logs.String(), "\n", 2)[0]), &line), "log: %s", logs.String())
+	assert.Contains(t, line["msg"], "released the key")
+	assert.Equal(t, "x"+strings.Repeat("é", 31)+"…", line["scope"])
+	assert.Equal(t, strings.Repeat("k", 64)+"…", line["key"])
+	assert.Equal(t, "/v1/orders/"+strings.Repeat("p", 64-len("/v1/orders/"))+"…", line["path"])
+	assert.Less(t, len(logs.String()), 1024, "the whole line stays short: %d bytes", len(logs.String()))
+}

@@ -58,7 +58,9 @@
 // first. It is called only for keyed requests. A scope of "" (the middleware runs
 // before authentication, or c.Get("account") was never set) fails closed: the handler
 // does not run, nothing is stored, the client gets a 500 problem of kind
-// core.ProblemMisconfigured and the logger an error naming the route. Read the account
+// core.ProblemMisconfigured and the logger an error naming the route; so does a scope
+// over core.MaxScopeLength bytes or not valid UTF-8, and the middleware mounted both on
+// a group and on one of its routes. Read the account
 // with a checked type assertion as above: c.Get(…).(string) unchecked panics when it is
 // unset. A single-tenant API returns a constant.
 //

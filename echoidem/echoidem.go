@@ -21,7 +21,8 @@ type Config struct {
 	// Keys never collide across scopes, so a multi-tenant API must return the caller's
 	// identity here; a single-tenant API returns a constant. It runs only for keyed
 	// requests, and a scope of "" (a c.Get that was never set) refuses the request with
-	// a 500 problem instead of sharing one key space between callers. Required.
+	// a 500 problem instead of sharing one key space between callers; so does a scope no
+	// store can hold (core.MaxScopeLength: 1–255 bytes of valid UTF-8). Required.
 	Scope func(c echo.Context) string
 
 	// Config holds the engine's options, each with the default its comment states

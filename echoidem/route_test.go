@@ -34,3 +34,27 @@ func TestEventsNameTheEchoRoute(t *testing.T) {
 	}
 	assert.Equal(t, []string{"/v1/orders/:id", "/v1/orders/:id", "/v1/orders/:id"}, routes, "claimed, completed, replayed")
 }
+
+// TestSecondMiddlewareIsMisconfigured: the middleware on a group and again on one of its
+// routes is a 500 problem naming the route (not a 409 for ever, the key held by the
+// first); the handler does not run and no key is kept.
+func TestSecondMiddlewareIsMisconfigured(t *testing.T) {
+	t.Parallel()
+	store := memstore.New()
+	keyed := echoidem.New(store, func(echo.Context) string { return "acct" })
+	runs := 0
+	e := echo.New()
+	api := e.Group("/api", keyed)
+	api.POST("/orders", func(c echo.Context) error { runs++; return c.String(http.StatusCreated, "made") }, keyed)
+	for range 2 {
+		req := httptest.NewRequest(http.MethodPost, "/api/orders", strings.NewReader(`{"item":"book"}`))
+		req.Header.Set("Idempotency-Key", "k")
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, req)
+		require.Equal(t, http.StatusInternalServerError, w.Code, "body %s", w.Body)
+		assert.Contains(t, w.Body.String(), string(core.ProblemMisconfigured))
+		assert.Contains(t, w.Body.String(), "/api/orders", "the problem names the route")
+	}
+	assert.Zero(t, runs, "handler runs")
+	assert.Zero(t, store.Len(), "keys kept")
+}

@@ -56,7 +56,9 @@
 // called only for keyed requests. A scope of "" (the middleware runs before
 // authentication, or the account was never set) fails closed: the handler does not run,
 // nothing is stored, the client gets a 500 problem of kind core.ProblemMisconfigured and
-// the logger an error naming the route. A single-tenant API returns a constant.
+// the logger an error naming the route; so does a scope over core.MaxScopeLength bytes or
+// not valid UTF-8, and the middleware mounted both on a group and on one of its routes. A
+// single-tenant API returns a constant.
 //
 // # The handler's response
 //

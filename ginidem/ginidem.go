@@ -16,7 +16,8 @@ type Config struct {
 	// Keys never collide across scopes, so a multi-tenant API must return the caller's
 	// identity here; a single-tenant API returns a constant. It runs only for keyed
 	// requests, and a scope of "" refuses the request with a 500 problem (the middleware
-	// ran before authentication) instead of sharing one key space between callers.
+	// ran before authentication) instead of sharing one key space between callers; so
+	// does a scope no store can hold (core.MaxScopeLength: 1–255 bytes of valid UTF-8).
 	// Required.
 	Scope func(c *gin.Context) string
 

@@ -65,9 +65,6 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 		c.Fingerprint = []byte{}
 	}
 	wait := c.LockWait
-	if wait <= 0 {
-		wait = defaultLockWait // the engine always sets one (core.Config.LockWait)
-	}
 
 	if c.Mode == storage.ModePhased || s.lookupFirst {
 		r, err := s.read(ctx, s.db, c.Scope, c.Key, false, s.clock())

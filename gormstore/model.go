@@ -11,9 +11,6 @@ import (
 const (
 	// DefaultTable is the key table's name unless WithTable says otherwise.
 	DefaultTable = "idempotency_keys"
-	// defaultLockWait bounds a claim's wait for a twin when the claim sets none (the
-	// engine always sets one: core.Config.LockWait).
-	defaultLockWait = 2 * time.Second
 )
 
 // maxKeyBytes is the size of the scope and idem_key columns on MySQL/MariaDB, where they

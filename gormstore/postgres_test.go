@@ -15,8 +15,7 @@ import (
 )
 
 // TestPostgresPgxstoreTable: the store works on a table made by hand from pgxstore's
-// schema.sql (DESIGN.md, "Table"), named with its schema; Migrate leaves such a table
-// as it is.
+// schema.sql, named with its schema; Migrate leaves such a table as it is.
 func TestPostgresPgxstoreTable(t *testing.T) {
 	t.Parallel()
 	url, schema := testdb.PostgresSchema(t)

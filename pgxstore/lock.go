@@ -127,7 +127,10 @@ func (l *atomicLock) Phase(ctx context.Context, point string, fn func(ctx contex
 // go in one round trip. Recording is a plain INSERT of the completed row (pending) or an
 // UPDATE of the row this transaction wrote or locked in the claim: if the INSERT fails (a
 // twin recorded the key first) the transaction is aborted and the COMMIT sent with it
-// commits nothing; an UPDATE cannot miss its row.
+// commits nothing. No other transaction can change the row the UPDATE targets (this one
+// holds its lock), but the handler can, through pgxstore.Tx: an UPDATE that then misses
+// its row is reported as an error, and on a connection of its own the COMMIT sent in the
+// same round trip has already committed the handler's writes without a record.
 func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
 	if l.ended {
 		return errEnded

@@ -499,3 +499,37 @@ func TestMiddlewareTakeover(t *testing.T) {
 		t.Fatalf("a later retry got %v, want a replay of %v", r, retry)
 	}
 }
+
+// TestMiddlewarePathNotUTF8: a client's path that decodes to bytes PostgreSQL's text
+// refuses (%FF, %00) is still kept, for diagnostics, in a form the key table holds: the
+// request runs and replays, where the store used to fail it as a 503 for ever.
+func TestMiddlewarePathNotUTF8(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []core.Mode{core.ModeAtomic, core.ModePhased} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			s := newShop(t, pgx.ReadCommitted, core.Config{Mode: mode}, nil)
+			post := func() reply {
+				req, err := http.NewRequest(http.MethodPost, s.srv.URL+"/orders/%FF%00x", strings.NewReader(`{"amount":5,"customer":1}`))
+				require.NoError(t, err)
+				req.Header.Set("Idempotency-Key", "k")
+				req.Header.Set("X-Account", "acme")
+				resp, err := s.client.Do(req)
+				require.NoError(t, err)
+				defer resp.Body.Close()
+				b, err := io.ReadAll(resp.Body)
+				require.NoError(t, err)
+				return reply{status: resp.StatusCode, header: resp.Header, body: b}
+			}
+			first := post()
+			require.Equal(t, http.StatusCreated, first.status, "first: %v", first)
+			again := post()
+			require.Equal(t, http.StatusCreated, again.status, "retry: %v", again)
+			require.True(t, again.replayed(), "the retry is a replay")
+			require.Equal(t, first.body, again.body)
+			var path string
+			require.NoError(t, s.db.QueryRow(t.Context(), fmt.Sprintf(`SELECT path FROM %s.idempotency_keys`, s.schema)).Scan(&path))
+			require.Equal(t, "/orders/%FF%00x", path, "the path as sent")
+		})
+	}
+}

@@ -23,7 +23,7 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     locked_until     timestamptz,
     lease_token      uuid,
     -- The recorded response, replayed byte for byte: status, allow-listed headers
-    -- ("Name: value" lines, core.EncodeHeader) and the body as bytes, never jsonb.
+    -- ("Name: value" lines, storage.EncodeHeader) and the body as bytes, never jsonb.
     response_code    integer,
     response_headers bytea,
     response_body    bytea,

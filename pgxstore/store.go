@@ -23,7 +23,8 @@ import (
 // With a *pgxpool.Pool an atomic claim sends BEGIN and the claim in one round trip and the
 // completion and COMMIT in another. A *pgx.Conn is one connection: the store lets one
 // transaction use it at a time, so one atomic request (or one phased request's final
-// transaction) runs at a time and others wait up to their lock wait, then get
+// transaction) runs at a time and others wait for the connection, a claim up to its lock
+// wait and a phase, a completion or another statement up to a minute (holdWait), then get
 // storage.ErrTransient; that suits tests and command-line tools. With a pgx.Tx every claim
 // is a savepoint in your transaction and commits only when you commit it; a twin in the
 // same transaction is not held off, so use it for code that handles one request at a time.
@@ -43,11 +44,6 @@ var (
 const (
 	// DefaultTable is the table the store uses unless WithTable names another.
 	DefaultTable = defaultTable
-	// defaultLockWait bounds an atomic claim's wait for a twin when the claim sets none
-	// (the engine always sets one: core.Config.LockWait).
-	defaultLockWait = 2 * time.Second
-	// defaultLease is the lease of a claim that sets none.
-	defaultLease = 60 * time.Second
 	// maxSettle bounds how often one claim re-reads a key that changed under it.
 	maxSettle = 8
 	// maxRetries bounds how often an atomic claim starts again after a serialization
@@ -266,19 +262,13 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) 
 }
 
 // Claim claims c.Key in c.Scope, or reports the record that holds it; see storage.Store.
-// A zero c.LockWait waits 2s, a zero c.Lease is 60s and a zero c.Retention keeps keys
-// for ever; the engine sets all three.
+// A zero c.Retention keeps keys for ever; the engine sets it, and a positive c.Lease and
+// c.LockWait.
 func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
 	if c.Timeout > 0 && !deadlineWithin(ctx, c.Timeout) { // pgx transactions outlive the context they began with
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
 		defer cancel()
-	}
-	if c.LockWait <= 0 {
-		c.LockWait = defaultLockWait
-	}
-	if c.Lease <= 0 {
-		c.Lease = defaultLease
 	}
 	switch c.Mode {
 	case storage.ModeAtomic:

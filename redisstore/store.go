@@ -20,8 +20,6 @@ import (
 const (
 	// DefaultPrefix starts the name of every Redis key the store writes.
 	DefaultPrefix = "idem:"
-	// DefaultLease is the lease a claim gets when storage.Claim.Lease is zero or negative.
-	DefaultLease = 60 * time.Second
 )
 
 // cleanupTimeout bounds a completion or release when the claim set no Timeout: the engine
@@ -165,9 +163,6 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 			c.Mode, storage.ErrUnsupportedMode)
 	}
 	lease := c.Lease
-	if lease <= 0 {
-		lease = DefaultLease
-	}
 	ttl := max(s.retention, c.Retention)
 	ctx, cancel := bounded(ctx, c.Timeout)
 	defer cancel()

@@ -17,9 +17,6 @@ import (
 // numShards is how many independently locked maps hold the keys.
 const numShards = 64
 
-// DefaultLease is the lease a claim gets when storage.Claim.Lease is zero or negative.
-const DefaultLease = 60 * time.Second
-
 // errLockEnded is returned by Phase and Complete on a lock that was already completed or
 // released.
 var errLockEnded = errors.New("memstore: lock already completed or released")
@@ -220,9 +217,6 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 		return nil, nil, fmt.Errorf("memstore: claim: %w", err)
 	}
 	lease := c.Lease
-	if lease <= 0 {
-		lease = DefaultLease
-	}
 	k := id{c.Scope, c.Key}
 	sh := s.shard(k)
 	sh.mu.Lock()

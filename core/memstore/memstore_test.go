@@ -101,22 +101,14 @@ func TestClockDrivesLeaseAndRetention(t *testing.T) {
 	assert.Equal(t, storage.RecoveryStarted, l3.RecoveryPoint(), "recovery point of a claim past retention")
 }
 
-// TestDefaults: a store reports its retention, and a claim without a lease gets
-// DefaultLease.
+// TestDefaults: a store reports its retention, the default unless WithRetention sets a
+// positive one.
 func TestDefaults(t *testing.T) {
 	t.Parallel()
 	assert.Equal(t, storage.DefaultRetention, memstore.New().Retention())
 	assert.Equal(t, time.Hour, memstore.New(memstore.WithRetention(time.Hour)).Retention())
 	assert.Equal(t, storage.DefaultRetention, memstore.New(memstore.WithRetention(-time.Hour)).Retention(),
 		"a retention that is not positive keeps the default")
-
-	clk := newClock()
-	s := memstore.New(memstore.WithClock(clk.now), memstore.WithClock(nil))
-	c := claim("k", "a")
-	c.Lease = 0
-	mustLock(t, s, c)
-	assert.WithinDuration(t, clk.now().Add(memstore.DefaultLease), mustRecord(t, s, c).LockedUntil, 0,
-		"a claim without a lease gets DefaultLease (and WithClock(nil) keeps the clock)")
 }
 
 // TestCompletedKeyRoundTrip: the replayed record is exactly what was claimed and

@@ -3,7 +3,9 @@
 // memstore) and hands it to core.Config.Store. Store authors implement Store and Lock,
 // return the errors declared here, and run the conformance suite in core/storetest.
 //
-// The engine never sees SQL and a store never sees HTTP: a Claim carries the scope, key,
-// request fingerprint and mode; a Record carries what is stored; a Response is what a
-// replay sends byte for byte.
+// The engine never sees SQL, and a store sees of HTTP only what it keeps: a Claim carries
+// the scope, key, request fingerprint and mode (with the method and path, for
+// diagnostics); a Record carries what is stored; a Response (a status, an http.Header and
+// the body's bytes) is what a replay sends byte for byte. A store never reads a request
+// or writes to a client.
 package storage

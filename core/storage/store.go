@@ -56,23 +56,29 @@ const RecoveryStarted = "started"
 
 // Claim is what the engine asks a store for: the key of one request in one scope.
 type Claim struct {
-	// Scope isolates keys: the same key in two scopes names two operations.
+	// Scope isolates keys: the same key in two scopes names two operations. It is 1–255
+	// bytes of valid UTF-8 without NUL (core.MaxScopeLength; the engine refuses any other
+	// before calling the store), and a store keeps and returns it byte for byte.
 	Scope string
-	// Key is the parsed Idempotency-Key (1–255 printable ASCII characters).
+	// Key is the parsed Idempotency-Key (1–255 printable ASCII characters), kept and
+	// returned byte for byte.
 	Key string
 	// Fingerprint is the SHA-256 of the canonical request (32 bytes).
 	Fingerprint []byte
 	// Method and Path are stored for diagnostics; the fingerprint already covers them.
+	// Path is valid UTF-8 without NUL: a decoded path that would not be is given as
+	// sent, escaped.
 	Method string
 	Path   string
 	// Mode is ModeAtomic or ModePhased.
 	Mode Mode
 	// Lease is how long a phased claim blocks duplicates and takeover. Phase commits
-	// renew it.
+	// renew it. The engine always sets it (core.Config.Lease, positive); stores have no
+	// lease of their own.
 	Lease time.Duration
 	// LockWait bounds how long an atomic claim waits for a twin transaction in flight
-	// before returning ErrInProgress. The engine always sets it (core.Config.LockWait);
-	// stores have no lock-wait setting of their own.
+	// before returning ErrInProgress. The engine always sets it (core.Config.LockWait,
+	// positive); stores have no lock-wait setting of their own.
 	LockWait time.Duration
 	// Retention: a key created longer ago than this counts as absent (unless its lease
 	// is live), even before the sweeper deletes it. The engine sets it to the store's
@@ -91,8 +97,10 @@ type Claim struct {
 type Response struct {
 	// Status is the HTTP status code.
 	Status int
-	// Header holds the allow-listed headers only (never Set-Cookie, Authorization or
-	// WWW-Authenticate).
+	// Header holds the headers the engine records: those core.Config.ReplayHeaders
+	// allows (never Set-Cookie, Authorization, WWW-Authenticate or Proxy-Authenticate),
+	// and, when the body was over core.Config.MaxResponseBody and not kept, the engine's
+	// own Idempotent-Body-Omitted marker, which is never sent.
 	Header http.Header
 	// Body is the response body as bytes, never re-encoded.
 	Body []byte

@@ -24,6 +24,7 @@ var commonTests = []test{
 	{"PhaseSuccess", testPhaseSuccess},
 	{"RetentionAsAbsent", testRetentionAsAbsent},
 	{"ScopeIsolation", testScopeIsolation},
+	{"Limits", testLimits},
 	{"ConcurrentClaims", testConcurrentClaims},
 }
 

@@ -145,6 +145,7 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 			"RetentionOnExpiredLease": "a fresh claim must not report TakenOver",
 		}},
 		{"no-fencing", map[string]string{"Fencing": "Phase of a lock whose lease was taken over"}},
+		{"folds-keys", map[string]string{"Limits": "Claim returned a Record (state completed), want a Lock"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.flaw, func(t *testing.T) {
@@ -204,8 +205,11 @@ type brokenStore struct {
 }
 
 func (s *brokenStore) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
-	if s.flaw == "no-retention" {
+	switch s.flaw {
+	case "no-retention":
 		c.Retention = 0
+	case "folds-keys": // a case-insensitive, space-padded column (MariaDB's utf8mb4 VARCHAR)
+		c.Scope, c.Key = strings.ToLower(strings.TrimRight(c.Scope, " ")), strings.ToLower(strings.TrimRight(c.Key, " "))
 	}
 	lock, rec, err := s.Store.Claim(ctx, c)
 	k := [2]string{c.Scope, c.Key}

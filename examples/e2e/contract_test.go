@@ -205,6 +205,8 @@ func testInvalidBody(t *testing.T, s *server) {
 		{"/v1/payments", `{"amount_cents":0,"currency":"EUR"}`, payment},
 		{"/v1/payments", `{"amount_cents":100,"currency":"EURO"}`, payment},
 		{"/v1/payments", `{"amount_cents":"100","currency":"EUR"}`, payment},
+		{"/v1/payments", `{"amount_cents":9007199254740993,"currency":"EUR"}`, payment},
+		{"/v1/orders", `{"item":"book","quantity":9007199254740992}`, book},
 		{"/v1/payments", `{`, payment},
 	} {
 		key := newKey()
@@ -214,6 +216,12 @@ func testInvalidBody(t *testing.T, s *server) {
 		requireReplay(t, first, s.post(t, c.path, acct, key, c.bad))
 		requireProblem(t, s.post(t, c.path, acct, key, c.good), http.StatusUnprocessableEntity)
 	}
+	// Past 2^53 two amounts are one double, so one fingerprint: the retry of one with the
+	// other gets the first's answer, and that must be the refusal, never a payment.
+	key := newKey()
+	first := s.post(t, "/v1/payments", acct, key, `{"amount_cents":9007199254740992,"currency":"EUR"}`)
+	requireProblem(t, first, http.StatusBadRequest)
+	requireReplay(t, first, s.post(t, "/v1/payments", acct, key, `{"amount_cents":9007199254740993,"currency":"EUR"}`))
 	for _, name := range []string{"orders", "payments"} {
 		if n := len(list(t, s.get(t, "/v1/"+name, acct), name)); n != 0 {
 			t.Fatalf("%d %s after invalid bodies, want 0", n, name)

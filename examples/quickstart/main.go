@@ -90,7 +90,9 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
+	// A slow or stalled client cannot hold a connection (nor the body buffer idem reads
+	// it into) for ever: 10s for the headers, 30s for the whole request.
+	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Printf("quickstart: listening on %s", ln.Addr())

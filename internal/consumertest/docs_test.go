@@ -110,7 +110,7 @@ func (c *orderConsumer) handle(ctx context.Context, msg jetstream.Msg) {
 	switch {
 	case err == nil:
 		_ = msg.DoubleAck(ctx) // applied now, or before (a redelivery): done. A lost ack is a redelivery Do answers.
-	case errors.Is(err, core.ErrInvalidKey), errors.Is(err, core.ErrEmptyScope),
+	case errors.Is(err, core.ErrInvalidKey), errors.Is(err, core.ErrEmptyScope), errors.Is(err, core.ErrInvalidScope),
 		errors.Is(err, core.ErrKeyReused), errors.Is(err, errBadOrder):
 		// No usable ID (a producer bug), an ID applied before with another payload, or a
 		// payload that fails the same way on every delivery: it can never succeed.

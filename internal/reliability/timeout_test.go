@@ -158,8 +158,8 @@ func (s *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
 func (s *statusRecorder) WriteHeader(code int)        { s.status = code }
 
 // TestStatementTimeoutAnswers409: with a statement_timeout shorter than the lock wait, a
-// twin's claim is cancelled by it (57014), which means 409 as lock_timeout does (DESIGN.md
-// "Portability"); a business statement cut by it is the application's 503, not recorded,
+// twin's claim is cancelled by it (57014), which means 409 as lock_timeout does (pgxstore's
+// doc, "Portability"); a business statement cut by it is the application's 503, not recorded,
 // and its retry succeeds.
 func TestStatementTimeoutAnswers409(t *testing.T) {
 	t.Parallel()

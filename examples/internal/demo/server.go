@@ -63,8 +63,11 @@ func run(name string, args []string, getenv func(string) string, stderr io.Write
 		return 1
 	}
 	srv := &http.Server{
-		Handler:           app.obs.handler(router(app)), // GET /metrics, and an access line per request
+		Handler: app.obs.handler(router(app)), // GET /metrics, and an access line per request
+		// A slow or stalled client cannot hold a connection (nor the body buffer idem
+		// reads it into) for ever: 10s for the headers, 30s for the whole request.
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 

@@ -28,8 +28,14 @@ func object(body []byte) (map[string]json.RawMessage, *Reply) {
 	return m, nil
 }
 
-// positiveInt reads field as an integer ≥ 1. A number with an integral value (2.0, 2e0)
-// counts, since the request fingerprint treats it as the same value.
+// maxSafeInt is the largest integer the fields take: 2^53 - 1, the largest n for which
+// n and n+1 are distinct doubles. The request fingerprint compares JSON numbers as
+// doubles (RFC 8785), so 9007199254740993 and 9007199254740992 are one payload there: an
+// API that took both would replay the payment of one for a retry of the other.
+const maxSafeInt = 1<<53 - 1
+
+// positiveInt reads field as an integer from 1 to maxSafeInt. A number with an integral
+// value (2.0, 2e0) counts, since the request fingerprint treats it as the same value.
 func positiveInt(m map[string]json.RawMessage, field string) (int64, *Reply) {
 	fail := func(detail string) (int64, *Reply) {
 		r := invalid(detail)
@@ -37,22 +43,25 @@ func positiveInt(m map[string]json.RawMessage, field string) (int64, *Reply) {
 	}
 	raw, ok := m[field]
 	if !ok {
-		return fail(fmt.Sprintf("%q is required: an integer ≥ 1.", field))
+		return fail(fmt.Sprintf("%q is required: an integer from 1 to %d.", field, maxSafeInt))
+	}
+	wrong := func() (int64, *Reply) {
+		return fail(fmt.Sprintf("%q must be an integer from 1 to %d.", field, maxSafeInt))
 	}
 	s := string(raw)
 	if s == "" || (s[0] != '-' && (s[0] < '0' || s[0] > '9')) {
-		return fail(fmt.Sprintf("%q must be an integer ≥ 1.", field))
+		return wrong()
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
 		f, ferr := strconv.ParseFloat(s, 64)
-		if ferr != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
-			return fail(fmt.Sprintf("%q must be an integer ≥ 1.", field))
+		if ferr != nil || f != math.Trunc(f) || math.Abs(f) > maxSafeInt {
+			return wrong()
 		}
 		n = int64(f)
 	}
-	if n < 1 {
-		return fail(fmt.Sprintf("%q must be an integer ≥ 1.", field))
+	if n < 1 || n > maxSafeInt {
+		return wrong()
 	}
 	return n, nil
 }
@@ -73,7 +82,7 @@ type orderInput struct {
 	Quantity int64
 }
 
-// parseOrder validates {"item": "<non-empty string>", "quantity": <integer ≥ 1>}.
+// parseOrder validates {"item": "<non-empty string>", "quantity": <integer 1…2^53-1>}.
 // Other fields are ignored.
 func parseOrder(body []byte) (orderInput, *Reply) {
 	m, bad := object(body)
@@ -105,7 +114,7 @@ type paymentInput struct {
 	Currency    string
 }
 
-// parsePayment validates {"amount_cents": <integer ≥ 1>, "currency": "<3 letters>"}.
+// parsePayment validates {"amount_cents": <integer 1…2^53-1>, "currency": "<3 letters>"}.
 // Other fields are ignored; the currency is kept as sent.
 func parsePayment(body []byte) (paymentInput, *Reply) {
 	m, bad := object(body)

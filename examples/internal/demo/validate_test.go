@@ -9,10 +9,12 @@ import (
 func TestParseOrder(t *testing.T) {
 	t.Parallel()
 	for body, want := range map[string]orderInput{
-		`{"item":"book","quantity":2}`:             {"book", 2},
-		` {"quantity":1, "item":"é", "note":"x"} `: {"é", 1},
-		`{"item":"b","quantity":3.0}`:              {"b", 3},
-		`{"item":"b","quantity":2e1}`:              {"b", 20},
+		`{"item":"book","quantity":2}`:                 {"book", 2},
+		` {"quantity":1, "item":"é", "note":"x"} `:     {"é", 1},
+		`{"item":"b","quantity":3.0}`:                  {"b", 3},
+		`{"item":"b","quantity":2e1}`:                  {"b", 20},
+		`{"item":"b","quantity":9007199254740991}`:     {"b", 1<<53 - 1},
+		`{"item":"b","quantity":9.007199254740991e15}`: {"b", 1<<53 - 1},
 	} {
 		got, bad := parseOrder([]byte(body))
 		if bad != nil || got != want {
@@ -22,7 +24,10 @@ func TestParseOrder(t *testing.T) {
 	for _, body := range []string{``, `{`, `null`, `[]`, `"x"`, `{} {}`, `{"item":"b"}`, `{"quantity":1}`,
 		`{"item":"","quantity":1}`, `{"item":null,"quantity":1}`, `{"item":1,"quantity":1}`, `{"item":"a\u0000b","quantity":1}`,
 		`{"item":"b","quantity":0}`, `{"item":"b","quantity":-1}`, `{"item":"b","quantity":1.5}`, `{"item":"b","quantity":"1"}`,
-		`{"item":"b","quantity":null}`, `{"item":"b","quantity":1e300}`, `{"item":"b","quantity":99999999999999999999}`} {
+		`{"item":"b","quantity":null}`, `{"item":"b","quantity":1e300}`, `{"item":"b","quantity":99999999999999999999}`,
+		// Over 2^53 - 1 a double no longer tells n from n+1, and neither would the fingerprint.
+		`{"item":"b","quantity":9007199254740992}`, `{"item":"b","quantity":9007199254740993}`,
+		`{"item":"b","quantity":9007199254740993.0}`, `{"item":"b","quantity":9.007199254740992e15}`} {
 		_, bad := parseOrder([]byte(body))
 		if bad == nil {
 			t.Errorf("parseOrder(%s) accepted it; want 400", body)
@@ -39,6 +44,7 @@ func TestParsePayment(t *testing.T) {
 		t.Errorf("parsePayment = %+v, %v", got, bad)
 	}
 	for _, body := range []string{`{}`, `{"amount_cents":1}`, `{"amount_cents":0,"currency":"EUR"}`, `{"amount_cents":1,"currency":"EU"}`,
+		`{"amount_cents":9007199254740992,"currency":"EUR"}`, `{"amount_cents":9007199254740993,"currency":"EUR"}`,
 		`{"amount_cents":1,"currency":"EURO"}`, `{"amount_cents":1,"currency":"E1R"}`, `{"amount_cents":1,"currency":"€UR"}`, `[1]`} {
 		_, bad := parsePayment([]byte(body))
 		if bad == nil {
