@@ -3,9 +3,7 @@ package gormstore
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/internal/keyrow"
 )
 
 // claimAttempts bounds how often Claim retries a claim that lost a race it cannot lose
@@ -310,18 +309,14 @@ func (s *Store) judge(r *row, c storage.Claim) verdict {
 	return takeOver
 }
 
-// newToken mints a fencing token: 16 random bytes, as a version 4 UUID in its text form
-// on PostgreSQL (a uuid column), as bytes elsewhere.
+// newToken mints a fencing token (keyrow.Token): in its UUID text form on PostgreSQL (a
+// uuid column), as 16 bytes elsewhere.
 func (s *Store) newToken() any {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
+	t := keyrow.NewToken()
 	if s.dialect != postgres {
-		return b[:]
+		return t[:]
 	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+	return t.UUID()
 }
 
 // singleWrite reports whether claim c starts with claimLocked: an atomic claim on
@@ -447,8 +442,8 @@ func (s *Store) claimRow(db *gorm.DB, c storage.Claim, hash, lockTimeoutMS int64
 	)
 	r := row{scope: c.Scope, key: c.Key}
 	if err := rows.Scan(&found, &r.hash, &r.method, &r.path, &r.state, &r.point,
-		timeScanner{t: &r.lockedUntil}, &r.code, &r.headers, &r.body,
-		timeScanner{t: &r.createdAt}, timeScanner{t: &r.completedAt}, timeScanner{t: &r.now}, &locked); err != nil {
+		keyrow.TimeScanner{Dest: &r.lockedUntil}, &r.code, &r.headers, &r.body,
+		keyrow.TimeScanner{Dest: &r.createdAt}, keyrow.TimeScanner{Dest: &r.completedAt}, keyrow.TimeScanner{Dest: &r.now}, &locked); err != nil {
 		return nil, false, err
 	}
 	if err := rows.Close(); err != nil {
@@ -460,32 +455,8 @@ func (s *Store) claimRow(db *gorm.DB, c storage.Claim, hash, lockTimeoutMS int64
 	return &r, false, nil
 }
 
-// lockHash is the advisory lock key of (scope, key) in the store's table: 64 bits of
-// FNV-1a over the table name, the scope and the key, each preceded by its length. Every
-// instance computes the same number, as pgxstore does for the same table name. Two keys
-// can share a hash: they then wait for each other needlessly, about as likely as n²/2⁶⁵
-// for n keys in flight at once; the primary key, not the lock, decides what is recorded.
-func (s *Store) lockHash(scope, key string) int64 {
-	h := fnvString(fnvString(fnvString(fnvOffset, s.quoted), scope), key)
-	return int64(h)
-}
-
-// FNV-1a, 64 bits.
-const (
-	fnvOffset = 14695981039346656037
-	fnvPrime  = 1099511628211
-)
-
-// fnvString folds len(v) and v into the FNV-1a state h.
-func fnvString(h uint64, v string) uint64 {
-	for n := uint64(len(v)); ; n >>= 8 {
-		h = (h ^ n&0xff) * fnvPrime
-		if n < 0x100 {
-			break
-		}
-	}
-	for i := 0; i < len(v); i++ {
-		h = (h ^ uint64(v[i])) * fnvPrime
-	}
-	return h
-}
+// lockHash is the advisory lock key of (scope, key) in the store's table: keyrow's hash
+// of the quoted table name, the scope and the key, the number pgxstore locks for the same
+// table. Two keys can share a hash: they then wait for each other needlessly; the primary
+// key, not the lock, decides what is recorded.
+func (s *Store) lockHash(scope, key string) int64 { return s.lockSeed.Hash(scope, key) }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/internal/keyrow"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -126,7 +127,7 @@ type reader func(row *claimRow) (found bool, err error)
 // settle turns the first row of a claim into a result, running the replace or takeover
 // statement (in tx, or on their own when tx is nil) and reading the key again until it
 // holds still. Every write is conditional, so of several racers exactly one wins.
-func (s *Store) settle(ctx context.Context, tx pgx.Tx, c storage.Claim, tok token, read reader, row *claimRow, found bool) (result, error) {
+func (s *Store) settle(ctx context.Context, tx pgx.Tx, c storage.Claim, tok keyrow.Token, read reader, row *claimRow, found bool) (result, error) {
 	for range maxSettle {
 		switch decide(row, found, c.Fingerprint) {
 		case vClaimed:
@@ -179,7 +180,7 @@ func (s *Store) scanRow(ctx context.Context, tx pgx.Tx, wait time.Duration, sql 
 // claimPhased claims with statements that each commit on their own: a fresh key or a
 // replay is one statement.
 func (s *Store) claimPhased(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
-	tok := newToken()
+	tok := keyrow.NewToken()
 	args := claimArgs(c, tok, c.LockWait)
 	read := func(row *claimRow) (bool, error) { return s.scanRow(ctx, nil, c.LockWait, s.q.claim, args, row) }
 	var row claimRow
@@ -252,7 +253,7 @@ func (s *Store) claimAtomic(ctx context.Context, c storage.Claim) (storage.Lock,
 // SERIALIZABLE: the started key row is the transaction's first write (a twin waits on it),
 // updated to completed by Complete.
 func (s *Store) claimRowFirst(ctx context.Context, c storage.Claim, wait time.Duration) (storage.Lock, *storage.Record, error) {
-	tok := newToken()
+	tok := keyrow.NewToken()
 	args := claimArgs(c, tok, wait)[:8]
 	l := &atomicLock{s: s, scope: c.Scope, key: c.Key, tok: tok, timeout: c.Timeout}
 	var row claimRow
@@ -409,7 +410,7 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 	// (its row lock serialises racing claimers; the UPDATEs are conditional). A row that
 	// vanishes meanwhile (the sweeper) leaves the key to this claim, to insert at
 	// Complete.
-	l.tok = newToken()
+	l.tok = keyrow.NewToken()
 	read := func(row *claimRow) (bool, error) {
 		found, err := s.scanRow(ctx, l.tx, wait, s.q.lookup, []any{scope, key, retention}, row)
 		if err == nil && !found {

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/internal/keyrow"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -139,12 +139,11 @@ func (s *Store) Key(scope, key string) string {
 	return string(b)
 }
 
-// newToken returns a fresh fencing token: 128 random bits, so a token of a key deleted and
-// claimed again never matches the new claim's.
+// newToken returns a fresh fencing token (keyrow.Token) as hex: a token of a key deleted
+// and claimed again never matches the new claim's.
 func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand since Go 1.24)
-	return hex.EncodeToString(b[:])
+	t := keyrow.NewToken()
+	return hex.EncodeToString(t[:])
 }
 
 // bounded returns ctx with a deadline of timeout from now, or ctx itself when timeout is
