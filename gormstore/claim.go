@@ -1,7 +1,6 @@
 package gormstore
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -73,7 +72,7 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 		if err != nil {
 			return nil, nil, wrap(ctx, "claim: lookup", err)
 		}
-		if r != nil && s.judge(r, c) == reportIt {
+		if r != nil && reports(r.verdict(c)) {
 			rec, err := r.record()
 			return nil, rec, err
 		}
@@ -186,11 +185,11 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim, wait time.D
 	case r == nil: // deleted since the insert saw it
 		return nil, nil, errRetry
 	}
-	switch s.judge(r, c) {
-	case reportIt:
+	switch v := r.verdict(c); {
+	case reports(v):
 		rec, err := r.record()
 		return nil, rec, err
-	case claimAfresh:
+	case v == storage.VerdictAbsent:
 		q, args := s.reclaimSQL(c, token, now)
 		if res := tx.WithContext(ctx).Exec(q, args...); res.Error != nil {
 			return nil, nil, wrap(ctx, "claim: reclaim", res.Error)
@@ -198,7 +197,7 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim, wait time.D
 		l, err := s.hold(ctx, tx, restore, c, token, storage.RecoveryStarted, false)
 		claimed = err == nil
 		return l, nil, err
-	default: // takeOver
+	default: // storage.VerdictTakeOver
 		q, args := s.takeoverSQL(c, token, now)
 		res := tx.WithContext(ctx).Exec(q, args...)
 		switch {
@@ -273,8 +272,9 @@ func (s *Store) reclaimSQL(c storage.Claim, token any, now time.Time) (string, [
 		", completed_at = NULL WHERE scope = ? AND idem_key = ?", args
 }
 
-// takeoverSQL takes a started key whose lease has run out, if its fingerprint is the
-// claim's: one statement, so of two claimers only one sees a row affected.
+// takeoverSQL takes a started key whose lease has run out (no later than now, as
+// storage.Decide reads a lease), if its fingerprint is the claim's: one statement, so of
+// two claimers only one sees a row affected.
 func (s *Store) takeoverSQL(c storage.Claim, token any, now time.Time) (string, []any) {
 	nowSQL, nowArgs := s.nowSQL(now)
 	leaseSQL, leaseArgs := "NULL", []any(nil)
@@ -286,27 +286,19 @@ func (s *Store) takeoverSQL(c storage.Claim, token any, now time.Time) (string, 
 	args = append(args, nowArgs...)
 	args = append(args, c.Fingerprint)
 	return "UPDATE " + s.quoted + " SET lease_token = ?, locked_until = " + leaseSQL +
-		" WHERE scope = ? AND idem_key = ? AND state = ? AND (locked_until IS NULL OR locked_until < " + nowSQL + ") AND request_hash = ?", args
+		" WHERE scope = ? AND idem_key = ? AND state = ? AND (locked_until IS NULL OR locked_until <= " + nowSQL + ") AND request_hash = ?", args
 }
 
-// verdict is what a claim does with an existing row.
-type verdict int
+// verdict is storage.Decide's verdict on r, read at r.now, for claim c.
+func (r *row) verdict(c storage.Claim) storage.Verdict {
+	held := storage.Record{State: storage.State(r.state), Fingerprint: r.hash, LockedUntil: r.lockedUntil, CreatedAt: r.createdAt}
+	return storage.Decide(&held, c, r.now)
+}
 
-const (
-	reportIt    verdict = iota // return the record
-	claimAfresh                // past retention with no live lease: as if absent
-	takeOver                   // started, lease over, same fingerprint
-)
-
-func (s *Store) judge(r *row, c storage.Claim) verdict {
-	live := r.state == string(storage.StateStarted) && r.lockedUntil.After(r.now)
-	switch {
-	case c.Retention > 0 && r.createdAt.Before(r.now.Add(-c.Retention)) && !live:
-		return claimAfresh
-	case r.state != string(storage.StateStarted), live, !bytes.Equal(r.hash, c.Fingerprint):
-		return reportIt
-	}
-	return takeOver
+// reports tells a verdict the claim answers with the record (a replay, 422, 409) from one
+// it acts on (claims the key afresh, takes it over).
+func reports(v storage.Verdict) bool {
+	return v != storage.VerdictAbsent && v != storage.VerdictTakeOver
 }
 
 // newToken mints a fencing token (keyrow.Token): in its UUID text form on PostgreSQL (a
@@ -407,7 +399,7 @@ func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, w
 		}
 	}
 	switch {
-	case r != nil && s.judge(r, c) == reportIt:
+	case r != nil && reports(r.verdict(c)):
 		rec, err = r.record()
 		return nil, rec, true, err
 	case r != nil || !locked:

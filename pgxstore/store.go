@@ -132,10 +132,9 @@ type Store struct {
 	sweepPK     bool
 	q           queries
 	lockSeed    keyrow.LockSeed // lockHash's state after the table name
-	// The atomic claim's arguments that repeat from claim to claim, boxed once: the
-	// retention in microseconds, and the last lock wait's lock_timeout text.
-	retentionArg any
-	lastWait     atomic.Pointer[waitArg]
+	// The atomic claim's argument that repeats from claim to claim, boxed once: the last
+	// lock wait's lock_timeout text.
+	lastWait atomic.Pointer[waitArg]
 	// sem serialises use of a DB that is one connection (*pgx.Conn, pgx.Tx); nil for a
 	// pool.
 	sem chan struct{}
@@ -165,7 +164,6 @@ func New(db DB, opts ...Option) *Store {
 	}
 	s.q = newQueries(s.table)
 	s.lockSeed = keyrow.NewLockSeed(s.table.Sanitize())
-	s.retentionArg = s.retention.Microseconds()
 	return s
 }
 
@@ -186,14 +184,6 @@ func (s *Store) lockTimeout(wait time.Duration) any {
 	w := &waitArg{ms: ms, arg: strconv.FormatInt(ms, 10)}
 	s.lastWait.Store(w)
 	return w.arg
-}
-
-// retentionMicros returns the retention argument (µs) of claims that keep keys for d.
-func (s *Store) retentionMicros(d time.Duration) any {
-	if d == s.retention {
-		return s.retentionArg
-	}
-	return d.Microseconds()
 }
 
 // lockHash is the advisory lock key of (scope, key) in the store's table (keyrow's hash,
@@ -266,11 +256,11 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 	}
 }
 
-// claimArgs are the claim statement's arguments.
+// claimArgs are the arguments of the claim and insert statements.
 func claimArgs(c storage.Claim, tok keyrow.Token, wait time.Duration) []any {
 	ms := max(wait.Milliseconds(), 1)
 	return []any{c.Scope, c.Key, c.Fingerprint, c.Method, c.Path, tok,
-		c.Lease.Microseconds(), strconv.FormatInt(ms, 10), c.Retention.Microseconds()}
+		c.Lease.Microseconds(), strconv.FormatInt(ms, 10)}
 }
 
 // hold takes the connection of a single-connection DB, waiting up to wait (then

@@ -194,9 +194,20 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 		l.takenOver = kind == "takeover" || l.point != storage.RecoveryStarted
 		return l, nil, nil
 	case "record":
-		rec, err := record(c, res[1:])
+		if len(res) < 2 {
+			return nil, nil, fmt.Errorf("redisstore: claim: short record reply")
+		}
+		now, err := micros(res[1])
 		if err != nil {
 			return nil, nil, err
+		}
+		rec, err := record(c.Scope, c.Key, res[2:])
+		if err != nil {
+			return nil, nil, err
+		}
+		if v := storage.Decide(rec, c, now); v == storage.VerdictAbsent || v == storage.VerdictTakeOver {
+			// The script reports what it did not act on; it must decide as Decide does.
+			return nil, nil, fmt.Errorf("redisstore: claim: the claim script reported key %q, which storage.Decide would %s", c.Key, v)
 		}
 		return nil, rec, nil
 	default:
@@ -204,15 +215,15 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 	}
 }
 
-// record builds the Record of the claim script's reply: st, fp, rp, lu, ca, m, p, co, sc,
-// h, b.
-func record(c storage.Claim, f []any) (*storage.Record, error) {
+// record builds the Record of scope and key from a script's reply: st, fp, rp, lu, ca, m,
+// p, co, sc, h, b.
+func record(scope, key string, f []any) (*storage.Record, error) {
 	if len(f) != 11 {
-		return nil, fmt.Errorf("redisstore: claim: record reply of %d fields, want 11", len(f))
+		return nil, fmt.Errorf("redisstore: record reply of %d fields, want 11", len(f))
 	}
 	rec := &storage.Record{
-		Scope:         c.Scope,
-		Key:           c.Key,
+		Scope:         scope,
+		Key:           key,
 		State:         storage.State(str(f[0])),
 		Fingerprint:   []byte(str(f[1])),
 		RecoveryPoint: str(f[2]),
@@ -236,15 +247,15 @@ func record(c storage.Claim, f []any) (*storage.Record, error) {
 		}
 		status, err := strconv.Atoi(str(f[8]))
 		if err != nil {
-			return nil, fmt.Errorf("redisstore: key %q: stored status: %w", c.Key, err)
+			return nil, fmt.Errorf("redisstore: key %q: stored status: %w", key, err)
 		}
 		h, err := storage.DecodeHeader([]byte(str(f[9])))
 		if err != nil {
-			return nil, fmt.Errorf("redisstore: key %q: %w", c.Key, err)
+			return nil, fmt.Errorf("redisstore: key %q: %w", key, err)
 		}
 		rec.Response = &storage.Response{Status: status, Header: h, Body: []byte(str(f[10]))}
 	default:
-		return nil, fmt.Errorf("redisstore: key %q: unknown stored state %q", c.Key, rec.State)
+		return nil, fmt.Errorf("redisstore: key %q: unknown stored state %q", key, rec.State)
 	}
 	return rec, nil
 }
