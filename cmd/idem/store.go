@@ -275,7 +275,7 @@ func writeKey(w io.Writer, rec *storage.Record, now time.Time, retention time.Du
 	switch {
 	case rec.LockedUntil.IsZero():
 		row("lease", "none")
-	case rec.State == storage.StateStarted && rec.LockedUntil.After(now):
+	case v == storage.VerdictInProgress: // a live lease
 		row("lease", "live until %s (%s left)", rec.LockedUntil.UTC().Format(time.RFC3339Nano), rec.LockedUntil.Sub(now).Round(time.Millisecond))
 	default:
 		row("lease", "ended %s", at(rec.LockedUntil))

@@ -30,7 +30,4 @@ var (
 	// ErrUnsupportedMode is returned by a store asked for a mode it cannot run, such as
 	// atomic mode on a store that has no transaction to share.
 	ErrUnsupportedMode = errors.New("idem: store does not support this mode")
-
-	// ErrNotFound is returned by Lookuper.Lookup for a key no record holds.
-	ErrNotFound = errors.New("idem: no record of this key")
 )

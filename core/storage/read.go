@@ -2,8 +2,13 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"time"
 )
+
+// ErrNotFound is returned, wrapped, by Lookuper.Lookup for a key no record holds. Only
+// operators' tools meet it: the engine never looks a key up, so core does not re-export it.
+var ErrNotFound = errors.New("idem: no record of this key")
 
 // Lookuper is implemented by a store that can read one key without claiming it, for
 // operators' tools (the idem command's show) and tests. Every store of this module
