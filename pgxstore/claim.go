@@ -29,7 +29,7 @@ type claimRow struct {
 	body        []byte
 	createdAt   time.Time
 	completedAt pgtype.Timestamptz
-	now         time.Time // the statement's now(): leases and retention are measured on it
+	now         pgtype.Timestamptz // the statement's now(): leases and retention are measured on it
 	// pending: no row holds the key and none was written; the claim holds the key's
 	// advisory lock and Complete inserts the row (not scanned).
 	pending bool
@@ -109,7 +109,7 @@ func judge(r *claimRow, found bool, c storage.Claim) verdict {
 		return vClaimed
 	}
 	held := r.held()
-	switch storage.Decide(&held, c, r.now) {
+	switch storage.Decide(&held, c, r.now.Time) {
 	case storage.VerdictAbsent:
 		return vReplace
 	case storage.VerdictTakeOver:

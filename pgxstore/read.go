@@ -29,7 +29,7 @@ func (s *Store) Lookup(ctx context.Context, scope, key string) (*storage.Record,
 		return nil, time.Time{}, fmt.Errorf("pgxstore: key %q in scope %q: %w", key, scope, storage.ErrNotFound)
 	}
 	rec, err := row.record(scope, key)
-	return rec, row.now, err
+	return rec, row.now.Time, err
 }
 
 // CountKeys implements storage.KeyCounter: one statement counts the table (a sequential
