@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/idemkit/idem/core/storage"
 )
@@ -88,14 +89,14 @@ func doFingerprint(fp []byte) []byte {
 	return h.Sum(make([]byte, 0, sha256.Size))
 }
 
-// doHeld answers a Do whose ID rec holds.
+// doHeld answers a Do whose ID rec holds, as storage.Decide says.
 func (e *Engine) doHeld(ctx context.Context, c *call, rec *storage.Record) ([]byte, bool, error) {
-	switch {
-	case !bytes.Equal(rec.Fingerprint, c.Fingerprint):
+	switch v := storage.Decide(rec, c.Claim, time.Time{}); {
+	case v == storage.VerdictMismatch:
 		e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: message ID reused with another fingerprint; returning ErrKeyReused", e.attrs(c, ErrKeyReused)...)
 		e.observe(ctx, c, OutcomeMismatch, 0, ErrKeyReused)
 		return nil, false, fmt.Errorf("idem: Do %q: %w", c.Key, ErrKeyReused)
-	case rec.State != storage.StateCompleted || rec.Response == nil:
+	case v != storage.VerdictReplay || rec.Response == nil:
 		return nil, false, e.doInProgress(ctx, c, ErrInProgress)
 	}
 	e.observe(ctx, c, OutcomeReplayed, 0, nil)

@@ -249,7 +249,7 @@ func (e *Engine) claim(ctx context.Context, c *call) (storage.Lock, *storage.Rec
 		began := c.since()
 		lock, rec, err := e.cfg.Store.Claim(ctx, c.Claim)
 		c.claim += c.since() - began
-		if err != nil || rec == nil || rec.State != storage.StateStarted || e.cfg.LeaseWait <= 0 || !bytes.Equal(rec.Fingerprint, c.Fingerprint) {
+		if err != nil || rec == nil || e.cfg.LeaseWait <= 0 || storage.Decide(rec, c.Claim, time.Time{}) != storage.VerdictInProgress {
 			return lock, rec, err
 		}
 		if deadline.IsZero() {
@@ -269,17 +269,18 @@ func (e *Engine) claim(ctx context.Context, c *call) (storage.Lock, *storage.Rec
 	}
 }
 
-// answer responds to a request whose key is held by rec.
+// answer responds to a request whose key is held by rec, as storage.Decide says (a
+// record the store reported: the time rules are behind it).
 func (e *Engine) answer(w http.ResponseWriter, r *http.Request, c *call, rec *storage.Record) {
-	switch {
-	case !bytes.Equal(rec.Fingerprint, c.Fingerprint):
+	switch v := storage.Decide(rec, c.Claim, time.Time{}); {
+	case v == storage.VerdictMismatch:
 		e.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idem: key reused with a different request; answering 422", e.attrs(c, ErrKeyReused)...)
 		e.problem(w, r, c, OutcomeMismatch, e.newProblem(ProblemKeyReused,
 			fmt.Sprintf("This %s was first used with a different request (method, path or body); use a new key for a new request.", e.cfg.Key.noun(e.cfg.HeaderName)), ErrKeyReused))
-	case rec.State != storage.StateCompleted || rec.Response == nil:
-		e.inProgress(w, r, c, ErrInProgress)
-	default:
+	case v == storage.VerdictReplay && rec.Response != nil:
 		e.replayResponse(w, r, c, rec.Response)
+	default:
+		e.inProgress(w, r, c, ErrInProgress)
 	}
 }
 

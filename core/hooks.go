@@ -17,7 +17,7 @@ type Outcome string
 const (
 	OutcomeClaimed    Outcome = "claimed"     // the key was free: the handler runs
 	OutcomeTookOver   Outcome = "took_over"   // an expired lease was taken over: the handler resumes
-	OutcomeReplayed   Outcome = "replayed"    // a recorded outcome was answered again: the stored response, or the 409 response-too-large when its body was not kept
+	OutcomeReplayed   Outcome = "replayed"    // a recorded outcome was answered again: the stored response, or the 410 response-too-large when its body was not kept
 	OutcomeConflict   Outcome = "conflict"    // the key is in progress or its lease was lost (409), or a twin collided and rolled back (503)
 	OutcomeMismatch   Outcome = "mismatch"    // the key was reused with another request: 422
 	OutcomeCompleted  Outcome = "completed"   // the response was recorded (and committed)

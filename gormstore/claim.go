@@ -1,11 +1,8 @@
 package gormstore
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -14,6 +11,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/internal/keyrow"
 )
 
 // claimAttempts bounds how often Claim retries a claim that lost a race it cannot lose
@@ -71,7 +69,7 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 		if err != nil {
 			return nil, nil, wrap(ctx, "claim: lookup", err)
 		}
-		if r != nil && s.judge(r, c) == reportIt {
+		if r != nil && reports(r.verdict(c)) {
 			rec, err := r.record()
 			return nil, rec, err
 		}
@@ -184,11 +182,11 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim, wait time.D
 	case r == nil: // deleted since the insert saw it
 		return nil, nil, errRetry
 	}
-	switch s.judge(r, c) {
-	case reportIt:
+	switch v := r.verdict(c); {
+	case reports(v):
 		rec, err := r.record()
 		return nil, rec, err
-	case claimAfresh:
+	case v == storage.VerdictAbsent:
 		q, args := s.reclaimSQL(c, token, now)
 		if res := tx.WithContext(ctx).Exec(q, args...); res.Error != nil {
 			return nil, nil, wrap(ctx, "claim: reclaim", res.Error)
@@ -196,7 +194,7 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim, wait time.D
 		l, err := s.hold(ctx, tx, restore, c, token, storage.RecoveryStarted, false)
 		claimed = err == nil
 		return l, nil, err
-	default: // takeOver
+	default: // storage.VerdictTakeOver
 		q, args := s.takeoverSQL(c, token, now)
 		res := tx.WithContext(ctx).Exec(q, args...)
 		switch {
@@ -271,8 +269,9 @@ func (s *Store) reclaimSQL(c storage.Claim, token any, now time.Time) (string, [
 		", completed_at = NULL WHERE scope = ? AND idem_key = ?", args
 }
 
-// takeoverSQL takes a started key whose lease has run out, if its fingerprint is the
-// claim's: one statement, so of two claimers only one sees a row affected.
+// takeoverSQL takes a started key whose lease has run out (no later than now, as
+// storage.Decide reads a lease), if its fingerprint is the claim's: one statement, so of
+// two claimers only one sees a row affected.
 func (s *Store) takeoverSQL(c storage.Claim, token any, now time.Time) (string, []any) {
 	nowSQL, nowArgs := s.nowSQL(now)
 	leaseSQL, leaseArgs := "NULL", []any(nil)
@@ -284,41 +283,29 @@ func (s *Store) takeoverSQL(c storage.Claim, token any, now time.Time) (string, 
 	args = append(args, nowArgs...)
 	args = append(args, c.Fingerprint)
 	return "UPDATE " + s.quoted + " SET lease_token = ?, locked_until = " + leaseSQL +
-		" WHERE scope = ? AND idem_key = ? AND state = ? AND (locked_until IS NULL OR locked_until < " + nowSQL + ") AND request_hash = ?", args
+		" WHERE scope = ? AND idem_key = ? AND state = ? AND (locked_until IS NULL OR locked_until <= " + nowSQL + ") AND request_hash = ?", args
 }
 
-// verdict is what a claim does with an existing row.
-type verdict int
-
-const (
-	reportIt    verdict = iota // return the record
-	claimAfresh                // past retention with no live lease: as if absent
-	takeOver                   // started, lease over, same fingerprint
-)
-
-func (s *Store) judge(r *row, c storage.Claim) verdict {
-	live := r.state == string(storage.StateStarted) && r.lockedUntil.After(r.now)
-	switch {
-	case c.Retention > 0 && r.createdAt.Before(r.now.Add(-c.Retention)) && !live:
-		return claimAfresh
-	case r.state != string(storage.StateStarted), live, !bytes.Equal(r.hash, c.Fingerprint):
-		return reportIt
-	}
-	return takeOver
+// verdict is storage.Decide's verdict on r, read at r.now, for claim c.
+func (r *row) verdict(c storage.Claim) storage.Verdict {
+	held := storage.Record{State: storage.State(r.state), Fingerprint: r.hash, LockedUntil: r.lockedUntil, CreatedAt: r.createdAt}
+	return storage.Decide(&held, c, r.now)
 }
 
-// newToken mints a fencing token: 16 random bytes, as a version 4 UUID in its text form
-// on PostgreSQL (a uuid column), as bytes elsewhere.
+// reports tells a verdict the claim answers with the record (a replay, 422, 409) from one
+// it acts on (claims the key afresh, takes it over).
+func reports(v storage.Verdict) bool {
+	return v != storage.VerdictAbsent && v != storage.VerdictTakeOver
+}
+
+// newToken mints a fencing token (keyrow.Token): in its UUID text form on PostgreSQL (a
+// uuid column), as 16 bytes elsewhere.
 func (s *Store) newToken() any {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
+	t := keyrow.NewToken()
 	if s.dialect != postgres {
-		return b[:]
+		return t[:]
 	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+	return t.UUID()
 }
 
 // singleWrite reports whether claim c starts with claimLocked: an atomic claim on
@@ -409,7 +396,7 @@ func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, w
 		}
 	}
 	switch {
-	case r != nil && s.judge(r, c) == reportIt:
+	case r != nil && reports(r.verdict(c)):
 		rec, err = r.record()
 		return nil, rec, true, err
 	case r != nil || !locked:
@@ -444,8 +431,8 @@ func (s *Store) claimRow(db *gorm.DB, c storage.Claim, hash, lockTimeoutMS int64
 	)
 	r := row{scope: c.Scope, key: c.Key}
 	if err := rows.Scan(&found, &r.hash, &r.method, &r.path, &r.state, &r.point,
-		timeScanner{t: &r.lockedUntil}, &r.code, &r.headers, &r.body,
-		timeScanner{t: &r.createdAt}, timeScanner{t: &r.completedAt}, timeScanner{t: &r.now}, &locked); err != nil {
+		keyrow.TimeScanner{Dest: &r.lockedUntil}, &r.code, &r.headers, &r.body,
+		keyrow.TimeScanner{Dest: &r.createdAt}, keyrow.TimeScanner{Dest: &r.completedAt}, keyrow.TimeScanner{Dest: &r.now}, &locked); err != nil {
 		return nil, false, err
 	}
 	if err := rows.Close(); err != nil {
@@ -457,32 +444,8 @@ func (s *Store) claimRow(db *gorm.DB, c storage.Claim, hash, lockTimeoutMS int64
 	return &r, false, nil
 }
 
-// lockHash is the advisory lock key of (scope, key) in the store's table: 64 bits of
-// FNV-1a over the table name, the scope and the key, each preceded by its length. Every
-// instance computes the same number, as pgxstore does for the same table name. Two keys
-// can share a hash: they then wait for each other needlessly, about as likely as n²/2⁶⁵
-// for n keys in flight at once; the primary key, not the lock, decides what is recorded.
-func (s *Store) lockHash(scope, key string) int64 {
-	h := fnvString(fnvString(fnvString(fnvOffset, s.quoted), scope), key)
-	return int64(h)
-}
-
-// FNV-1a, 64 bits.
-const (
-	fnvOffset = 14695981039346656037
-	fnvPrime  = 1099511628211
-)
-
-// fnvString folds len(v) and v into the FNV-1a state h.
-func fnvString(h uint64, v string) uint64 {
-	for n := uint64(len(v)); ; n >>= 8 {
-		h = (h ^ n&0xff) * fnvPrime
-		if n < 0x100 {
-			break
-		}
-	}
-	for i := 0; i < len(v); i++ {
-		h = (h ^ uint64(v[i])) * fnvPrime
-	}
-	return h
-}
+// lockHash is the advisory lock key of (scope, key) in the store's table: keyrow's hash
+// of the quoted table name, the scope and the key, the number pgxstore locks for the same
+// table. Two keys can share a hash: they then wait for each other needlessly; the primary
+// key, not the lock, decides what is recorded.
+func (s *Store) lockHash(scope, key string) int64 { return s.lockSeed.Hash(scope, key) }

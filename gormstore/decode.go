@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/internal/keyrow"
 )
 
 // row is a key as read from the table, with the database's clock at the time.
@@ -45,8 +46,8 @@ func (s *Store) read(ctx context.Context, db *gorm.DB, scope, key string, forUpd
 	wall := s.dialect != postgres
 	var r row
 	if err := rows.Scan(&r.scope, &r.key, &r.hash, &r.method, &r.path, &r.state, &r.point,
-		timeScanner{&r.lockedUntil, wall}, &r.code, &r.headers, &r.body,
-		timeScanner{&r.createdAt, wall}, timeScanner{&r.completedAt, wall}, timeScanner{&r.now, wall}); err != nil {
+		keyrow.TimeScanner{Dest: &r.lockedUntil, Wall: wall}, &r.code, &r.headers, &r.body,
+		keyrow.TimeScanner{Dest: &r.createdAt, Wall: wall}, keyrow.TimeScanner{Dest: &r.completedAt, Wall: wall}, keyrow.TimeScanner{Dest: &r.now, Wall: wall}); err != nil {
 		return nil, err
 	}
 	return &r, rows.Close()

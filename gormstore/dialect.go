@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/internal/keyrow"
 )
 
 // dialect is the database behind the *gorm.DB, from its Dialector's name.
@@ -36,12 +37,9 @@ func dialectOf(name string) (dialect, error) {
 	return 0, fmt.Errorf("gormstore: dialect %q is not supported (postgres, mysql and sqlite are)", name)
 }
 
-// wallLayout is how times travel to and from MySQL DATETIME(6) and SQLite columns:
-// UTC, fixed width, so that SQLite's text comparisons order them correctly and MySQL
-// needs no time zone.
-const wallLayout = "2006-01-02 15:04:05.000000"
-
-// The clock. PostgreSQL and MySQL/MariaDB use the database's clock
+// The clock. Times travel to and from MySQL DATETIME(6) and SQLite columns as
+// keyrow.WallLayout text (UTC wall clock) and are read back with keyrow.TimeScanner.
+// PostgreSQL and MySQL/MariaDB use the database's clock
 // (statement_timestamp(), UTC_TIMESTAMP(6)), so leases mean the same thing to every
 // instance of the application. SQLite runs inside the application's process, so its
 // clock is the application's: the store passes time.Now() as a parameter.
@@ -62,7 +60,7 @@ func (s *Store) nowSQL(now time.Time) (string, []any) {
 	case mariadb:
 		return "UTC_TIMESTAMP(6)", nil
 	default:
-		return "?", []any{now.Format(wallLayout)}
+		return "?", []any{now.Format(keyrow.WallLayout)}
 	}
 }
 
@@ -74,7 +72,7 @@ func (s *Store) plusSQL(now time.Time, d time.Duration) (string, []any) {
 	case mariadb:
 		return "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND", []any{d.Microseconds()}
 	default:
-		return "?", []any{now.Add(d).Format(wallLayout)}
+		return "?", []any{now.Add(d).Format(keyrow.WallLayout)}
 	}
 }
 
@@ -83,45 +81,7 @@ func (s *Store) timeArg(t time.Time) any {
 	if s.dialect == postgres {
 		return t
 	}
-	return t.UTC().Format(wallLayout)
-}
-
-// timeScanner reads a timestamp column as UTC. MySQL DATETIME and SQLite hold wall
-// clock UTC times: the driver may hand them back as text, or as a time.Time in whatever
-// location its DSN names, so the wall clock is what counts (wall). PostgreSQL's
-// timestamptz is an instant.
-type timeScanner struct {
-	t    *time.Time
-	wall bool
-}
-
-func (ts timeScanner) Scan(src any) error {
-	switch v := src.(type) {
-	case nil:
-		*ts.t = time.Time{}
-	case time.Time:
-		if ts.wall {
-			v = time.Date(v.Year(), v.Month(), v.Day(), v.Hour(), v.Minute(), v.Second(), v.Nanosecond(), time.UTC)
-		}
-		*ts.t = v.UTC()
-	case []byte:
-		return ts.parse(string(v))
-	case string:
-		return ts.parse(v)
-	default:
-		return fmt.Errorf("gormstore: cannot read %T as a time", src)
-	}
-	return nil
-}
-
-func (ts timeScanner) parse(s string) error {
-	for _, layout := range []string{"2006-01-02 15:04:05.999999999", "2006-01-02 15:04:05.999999999Z07:00", time.RFC3339Nano} {
-		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
-			*ts.t = t.UTC()
-			return nil
-		}
-	}
-	return fmt.Errorf("gormstore: cannot read %q as a time", s)
+	return t.UTC().Format(keyrow.WallLayout)
 }
 
 // waitMillis is a lock wait in whole milliseconds, rounded up and at least 1: the unit of

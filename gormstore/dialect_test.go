@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -80,47 +79,5 @@ func TestNoMySQLDriverInTheBuild(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	for _, pkg := range strings.Fields(string(out)) {
 		assert.False(t, pkg == mysqlDriver || strings.HasPrefix(pkg, "gorm.io/driver/"), "gormstore depends on %s", pkg)
-	}
-}
-
-// TestTimeScanner: wall-clock columns (MySQL DATETIME, SQLite text) read as UTC whatever
-// location the driver attached or whether it parsed them at all; PostgreSQL instants keep
-// their instant.
-func TestTimeScanner(t *testing.T) {
-	t.Parallel()
-	want := time.Date(2026, 3, 4, 5, 6, 7, 123456000, time.UTC)
-	ny, err := time.LoadLocation("America/New_York")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases := []struct {
-		src  any
-		wall bool
-	}{
-		{want.Format(wallLayout), true},
-		{[]byte(want.Format(wallLayout)), true},
-		{time.Date(2026, 3, 4, 5, 6, 7, 123456000, ny), true}, // DATETIME read with loc=America/New_York
-		{want.In(ny), false},                                  // timestamptz in another zone
-		{"2026-03-04 05:06:07.123456+00:00", true},
-	}
-	for _, tc := range cases {
-		var got time.Time
-		if err := (timeScanner{&got, tc.wall}).Scan(tc.src); err != nil {
-			t.Errorf("Scan(%#v): %v", tc.src, err)
-			continue
-		}
-		if !got.Equal(want) || got.Location() != time.UTC {
-			t.Errorf("Scan(%#v) = %v, want %v UTC", tc.src, got, want)
-		}
-	}
-	var got time.Time
-	if err := (timeScanner{&got, true}).Scan(nil); err != nil || !got.IsZero() {
-		t.Errorf("Scan(nil) = %v, %v; want the zero time", got, err)
-	}
-	if err := (timeScanner{&got, true}).Scan("yesterday"); err == nil {
-		t.Error("Scan(\"yesterday\") must fail")
-	}
-	if err := (timeScanner{&got, true}).Scan(42); err == nil {
-		t.Error("Scan(42) must fail")
 	}
 }

@@ -11,3 +11,6 @@ func (s *Store) CreateFromModel(ctx context.Context) error {
 	}
 	return db.Migrator().CreateTable(&keyRow{})
 }
+
+// LockHash exposes lockHash to the external tests.
+func (s *Store) LockHash(scope, key string) int64 { return s.lockHash(scope, key) }

@@ -78,3 +78,19 @@ func TestPostgresPgxstoreTable(t *testing.T) {
 		t.Fatalf("DeleteExpired = %d, %v; want 2", n, err)
 	}
 }
+
+// TestPostgresLockHashIsPgxstores: on PostgreSQL the store locks the advisory lock number
+// pgxstore locks for the same table and key (the values internal/keyrow pins), so the two
+// stores hold each other's twins off on one table.
+func TestPostgresLockHashIsPgxstores(t *testing.T) {
+	t.Parallel()
+	url, _ := testdb.PostgresSchema(t)
+	db := finish(t, postgres.Open(url))
+	if got := gormstore.New(db).LockHash("alice", "k1"); got != 2482266343148212868 {
+		t.Errorf("lock hash of (alice, k1) in idempotency_keys = %d, want 2482266343148212868", got)
+	}
+	s := gormstore.New(db, gormstore.WithTable("billing.idem_keys"))
+	if got := s.LockHash("tenant-42", "3f2c9a1e-0b7d-4c55-9a0e-6d1f2b3c4d5e"); got != 6952158868718321469 {
+		t.Errorf("lock hash in billing.idem_keys = %d, want 6952158868718321469", got)
+	}
+}

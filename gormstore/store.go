@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/internal/keyrow"
 )
 
 // Store is a storage.Store on a GORM database: PostgreSQL (gorm.io/driver/postgres),
@@ -20,6 +21,8 @@ type Store struct {
 	dialect dialect
 	table   string // as configured, for GORM's Table
 	quoted  string // quoted for raw SQL
+	// lockSeed is the lock hash's state after the quoted table name (lockHash).
+	lockSeed keyrow.LockSeed
 	// PostgreSQL's atomic claim and completion (claimLocked).
 	claimSQL, existsSQL, recordSQL string
 	retention                      time.Duration
@@ -67,6 +70,7 @@ func New(db *gorm.DB, opts ...Option) *Store {
 	var b strings.Builder
 	s.db.Dialector.QuoteTo(&b, s.table)
 	s.quoted = b.String()
+	s.lockSeed = keyrow.NewLockSeed(s.quoted)
 	// claimSQL: the key's row, if one holds it, and the advisory lock taken only when none
 	// does (claimLocked).
 	s.claimSQL = claimSQL(s.quoted)

@@ -1,19 +1,19 @@
 package pgxstore
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/internal/keyrow"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // claimRow is one row of the claim (or lookup) statement: either the key this statement
-// inserted (claimed) or the row that holds it.
+// inserted (claimed) or the row that holds it, with the database's clock.
 type claimRow struct {
 	claimed bool
 	hash    []byte
@@ -29,20 +29,19 @@ type claimRow struct {
 	body        []byte
 	createdAt   time.Time
 	completedAt pgtype.Timestamptz
-	live        bool // a started key whose lease has not run out
-	expired     bool // created longer ago than the claim's retention
+	now         pgtype.Timestamptz // the statement's now(): leases and retention are measured on it
 	// pending: no row holds the key and none was written; the claim holds the key's
 	// advisory lock and Complete inserts the row (not scanned).
 	pending bool
 	// locked is the try-lock's answer (NULL: a row held the key, so no lock was tried).
 	locked pgtype.Bool
-	into   [14]any // the scan destinations, kept here so that a scan allocates none
+	into   [13]any // the scan destinations, kept here so that a scan allocates none
 }
 
 // dest returns the scan destinations of a claim or lookup row.
 func (r *claimRow) dest() []any {
 	r.into = [...]any{&r.claimed, &r.hash, &r.method, &r.path, &r.state, &r.point, &r.lockedUntil, &r.code,
-		&r.headers, &r.body, &r.createdAt, &r.completedAt, &r.live, &r.expired}
+		&r.headers, &r.body, &r.createdAt, &r.completedAt, &r.now}
 	return r.into[:]
 }
 
@@ -53,11 +52,17 @@ func (r *claimRow) lockDest() []any {
 	return r.into[:2]
 }
 
+// held is the row as storage.Decide reads it: state, fingerprint, lease and age.
+func (r *claimRow) held() storage.Record {
+	return storage.Record{State: storage.State(r.state.String), Fingerprint: r.hash,
+		LockedUntil: r.lockedUntil.Time, CreatedAt: r.createdAt}
+}
+
 // record builds the Record the engine answers from.
-func (r *claimRow) record(c storage.Claim) (*storage.Record, error) {
+func (r *claimRow) record(scope, key string) (*storage.Record, error) {
 	rec := &storage.Record{
-		Scope:         c.Scope,
-		Key:           c.Key,
+		Scope:         scope,
+		Key:           key,
 		Fingerprint:   r.hash,
 		Method:        r.method.String,
 		Path:          r.path.String,
@@ -74,7 +79,7 @@ func (r *claimRow) record(c storage.Claim) (*storage.Record, error) {
 	if rec.State == storage.StateCompleted {
 		h, err := storage.DecodeHeader(r.headers)
 		if err != nil {
-			return nil, fmt.Errorf("pgxstore: key %q: %w", c.Key, err)
+			return nil, fmt.Errorf("pgxstore: key %q: %w", key, err)
 		}
 		rec.Response = &storage.Response{Status: int(r.code.Int32), Header: h, Body: r.body}
 	}
@@ -87,12 +92,14 @@ type verdict int
 const (
 	vClaimed  verdict = iota // the statement inserted the key
 	vRecord                  // answer with the record
-	vReplace                 // past retention and not live: claim it as if absent
+	vReplace                 // absent (past retention, not live): claim it in its place
 	vTakeover                // started, lease over, same request: take it over
 	vAgain                   // the row changed under the statement: read again
 )
 
-func decide(r *claimRow, found bool, fingerprint []byte) verdict {
+// judge turns storage.Decide's verdict on a row (found false: none, although the key's
+// INSERT met one) into the claim's next step.
+func judge(r *claimRow, found bool, c storage.Claim) verdict {
 	switch {
 	case !found:
 		// The INSERT met a row its snapshot does not show: a twin that committed while
@@ -100,11 +107,12 @@ func decide(r *claimRow, found bool, fingerprint []byte) verdict {
 		return vAgain
 	case r.claimed:
 		return vClaimed
-	case r.live:
-		return vRecord
-	case r.expired:
+	}
+	held := r.held()
+	switch storage.Decide(&held, c, r.now.Time) {
+	case storage.VerdictAbsent:
 		return vReplace
-	case r.state.String == string(storage.StateStarted) && bytes.Equal(r.hash, fingerprint):
+	case storage.VerdictTakeOver:
 		return vTakeover
 	default:
 		return vRecord
@@ -126,13 +134,13 @@ type reader func(row *claimRow) (found bool, err error)
 // settle turns the first row of a claim into a result, running the replace or takeover
 // statement (in tx, or on their own when tx is nil) and reading the key again until it
 // holds still. Every write is conditional, so of several racers exactly one wins.
-func (s *Store) settle(ctx context.Context, tx pgx.Tx, c storage.Claim, tok token, read reader, row *claimRow, found bool) (result, error) {
+func (s *Store) settle(ctx context.Context, tx pgx.Tx, c storage.Claim, tok keyrow.Token, read reader, row *claimRow, found bool) (result, error) {
 	for range maxSettle {
-		switch decide(row, found, c.Fingerprint) {
+		switch judge(row, found, c) {
 		case vClaimed:
 			return result{point: storage.RecoveryStarted, pending: row.pending}, nil
 		case vRecord:
-			rec, err := row.record(c)
+			rec, err := row.record(c.Scope, c.Key)
 			return result{rec: rec}, err
 		case vReplace:
 			var created time.Time
@@ -179,7 +187,7 @@ func (s *Store) scanRow(ctx context.Context, tx pgx.Tx, wait time.Duration, sql 
 // claimPhased claims with statements that each commit on their own: a fresh key or a
 // replay is one statement.
 func (s *Store) claimPhased(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
-	tok := newToken()
+	tok := keyrow.NewToken()
 	args := claimArgs(c, tok, c.LockWait)
 	read := func(row *claimRow) (bool, error) { return s.scanRow(ctx, nil, c.LockWait, s.q.claim, args, row) }
 	var row claimRow
@@ -207,13 +215,13 @@ func (s *Store) claimPhased(ctx context.Context, c storage.Claim) (storage.Lock,
 func (s *Store) claimAtomic(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
 	if s.lookupFirst {
 		var row claimRow
-		err := s.scan(ctx, nil, c.LockWait, s.q.lookup, []any{c.Scope, c.Key, c.Retention.Microseconds()}, row.dest()...)
+		err := s.scan(ctx, nil, c.LockWait, s.q.lookup, []any{c.Scope, c.Key}, row.dest()...)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
 			return nil, nil, classify(ctx, "look up", err, true)
-		case decide(&row, true, c.Fingerprint) == vRecord:
-			rec, err := row.record(c)
+		case judge(&row, true, c) == vRecord:
+			rec, err := row.record(c.Scope, c.Key)
 			return nil, rec, err
 		}
 	}
@@ -228,12 +236,12 @@ func (s *Store) claimAtomic(ctx context.Context, c storage.Claim) (storage.Lock,
 			// The twin this claim waited for has ended: a statement of its own, with a
 			// snapshot taken now, sees the record it committed, if any.
 			var row claimRow
-			found, lerr := s.scanRow(ctx, nil, time.Until(deadline), s.q.lookup, []any{c.Scope, c.Key, c.Retention.Microseconds()}, &row)
+			found, lerr := s.scanRow(ctx, nil, time.Until(deadline), s.q.lookup, []any{c.Scope, c.Key}, &row)
 			switch {
 			case lerr != nil:
 				return nil, nil, classify(ctx, "claim: look up", lerr, true)
-			case found && decide(&row, true, c.Fingerprint) == vRecord:
-				rec, err := row.record(c)
+			case found && judge(&row, true, c) == vRecord:
+				rec, err := row.record(c.Scope, c.Key)
 				return nil, rec, err
 			}
 		}
@@ -252,8 +260,8 @@ func (s *Store) claimAtomic(ctx context.Context, c storage.Claim) (storage.Lock,
 // SERIALIZABLE: the started key row is the transaction's first write (a twin waits on it),
 // updated to completed by Complete.
 func (s *Store) claimRowFirst(ctx context.Context, c storage.Claim, wait time.Duration) (storage.Lock, *storage.Record, error) {
-	tok := newToken()
-	args := claimArgs(c, tok, wait)[:8]
+	tok := keyrow.NewToken()
+	args := claimArgs(c, tok, wait)
 	l := &atomicLock{s: s, scope: c.Scope, key: c.Key, tok: tok, timeout: c.Timeout}
 	var row claimRow
 	conn, fast, err := s.dedicated(ctx, wait)
@@ -292,11 +300,11 @@ func (s *Store) claimRowFirst(ctx context.Context, c storage.Claim, wait time.Du
 		} else if !errors.Is(err, pgx.ErrNoRows) {
 			return false, err
 		}
-		return s.scanRow(ctx, l.tx, wait, s.q.lookup, []any{c.Scope, c.Key, c.Retention.Microseconds()}, row)
+		return s.scanRow(ctx, l.tx, wait, s.q.lookup, []any{c.Scope, c.Key}, row)
 	}
 	found := row.claimed
 	if err == nil && !found {
-		found, err = s.scanRow(ctx, l.tx, wait, s.q.lookup, []any{c.Scope, c.Key, c.Retention.Microseconds()}, &row)
+		found, err = s.scanRow(ctx, l.tx, wait, s.q.lookup, []any{c.Scope, c.Key}, &row)
 	}
 	if err != nil {
 		l.abort(ctx)
@@ -342,7 +350,7 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 		fingerprint: c.Fingerprint, method: c.Method, path: c.Path}
 	// The arguments, each boxed once for the statements (and the completion) that share
 	// them.
-	var ms, hash, retention any = s.lockTimeout(wait), s.lockHash(c.Scope, c.Key), s.retentionMicros(c.Retention)
+	var ms, hash any = s.lockTimeout(wait), s.lockHash(c.Scope, c.Key)
 	l.scopeArg, l.keyArg = c.Scope, c.Key
 	scope, key := l.scopeArg, l.keyArg
 	conn, fast, err := s.dedicated(ctx, wait)
@@ -357,7 +365,7 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 		return nil, nil, classify(ctx, "claim", err, true)
 	}
 	l.batch.queue(s.q.tryLock, ms, hash, scope, key)
-	l.batch.queue(s.q.lookup, scope, key, retention)
+	l.batch.queue(s.q.lookup, scope, key)
 	var br pgx.BatchResults
 	if fast {
 		br = l.conn.SendBatch(ctx, b)
@@ -384,7 +392,7 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 		if s.iso == pgx.ReadCommitted {
 			b = l.batch.reset(false, s.iso)
 			l.batch.queue(s.q.lock, ms, hash)
-			l.batch.queue(s.q.lookup, scope, key, retention)
+			l.batch.queue(s.q.lookup, scope, key)
 			br = l.tx.SendBatch(ctx, b)
 			if _, err = br.Exec(); err == nil {
 				found, err = scanned(br.QueryRow().Scan(row.dest()...))
@@ -409,9 +417,9 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 	// (its row lock serialises racing claimers; the UPDATEs are conditional). A row that
 	// vanishes meanwhile (the sweeper) leaves the key to this claim, to insert at
 	// Complete.
-	l.tok = newToken()
+	l.tok = keyrow.NewToken()
 	read := func(row *claimRow) (bool, error) {
-		found, err := s.scanRow(ctx, l.tx, wait, s.q.lookup, []any{scope, key, retention}, row)
+		found, err := s.scanRow(ctx, l.tx, wait, s.q.lookup, []any{scope, key}, row)
 		if err == nil && !found {
 			row.claimed, row.pending = true, true
 		}

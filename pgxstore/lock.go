@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/internal/keyrow"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -52,7 +53,7 @@ func deadlineWithin(ctx context.Context, d time.Duration) bool {
 
 // completeArgs are the completion statement's arguments. r is encoded before it returns,
 // so nothing of r is kept.
-func completeArgs(scope, key string, tok token, r *storage.Response) []any {
+func completeArgs(scope, key string, tok keyrow.Token, r *storage.Response) []any {
 	return []any{scope, key, tok, int32(r.Status), storage.EncodeHeader(r.Header), r.Body}
 }
 
@@ -61,7 +62,7 @@ func completeArgs(scope, key string, tok token, r *storage.Response) []any {
 type atomicLock struct {
 	s          *Store
 	scope, key string
-	tok        token // the row's token when the claim wrote it (replaced or taken over)
+	tok        keyrow.Token // the row's token when the claim wrote it (replaced or taken over)
 	// pending: the claim wrote no row (it holds the key's advisory lock); Complete inserts
 	// the completed row from these. Otherwise Complete updates the row the claim wrote.
 	pending      bool
@@ -268,7 +269,7 @@ func (l *atomicLock) abort(ctx context.Context) {
 type phasedLock struct {
 	s          *Store
 	scope, key string
-	tok        token
+	tok        keyrow.Token
 	lease      time.Duration
 	point      string
 	takenOver  bool

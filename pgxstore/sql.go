@@ -25,7 +25,8 @@ const migrateLock = 0x69_64_65_6d_6b_69_74 // "idemkit"
 const (
 	// live is true for a started key whose lease has not run out.
 	liveExpr = `(state = 'started' AND locked_until IS NOT NULL AND locked_until > now())`
-	// recordCols are what a Record is built from (see claimRow.dest).
+	// recordCols are what a Record is built from (see claimRow.dest), between the
+	// claimed flag and the clock.
 	recordCols = `request_hash, method, path, state, recovery_point, locked_until, response_code,
 		response_headers, response_body, created_at, completed_at`
 )
@@ -48,6 +49,8 @@ type queries struct {
 	unlease  string // release a key some phase committed
 	sweep    string // DeleteExpired by ctid
 	sweepPK  string // DeleteExpired by primary key
+	count    string // CountKeys
+	oldest   string // CountKeys: the oldest key
 }
 
 func newQueries(table pgx.Identifier) queries {
@@ -56,9 +59,11 @@ func newQueries(table pgx.Identifier) queries {
 	schema := strings.NewReplacer(defaultIndex, index, defaultTable, t).Replace(schemaSQL)
 
 	// expired is true for a key created longer ago than the retention ($n microseconds;
-	// zero or less keeps keys for ever).
+	// zero or less keeps keys for ever). With liveExpr it guards the writes that act on
+	// storage.Decide's verdict (replace, takeover), in the same terms, so that a row that
+	// changed since it was read is not written.
 	expired := func(n int) string {
-		return fmt.Sprintf(`($%[1]d::bigint > 0 AND created_at <= now() - $%[1]d::bigint * interval '1 microsecond')`, n)
+		return fmt.Sprintf(`($%[1]d::bigint > 0 AND created_at < now() - $%[1]d::bigint * interval '1 microsecond')`, n)
 	}
 
 	return queries{
@@ -67,13 +72,13 @@ func newQueries(table pgx.Identifier) queries {
 
 		// The phased claim, committing on its own. The INSERT either creates the key or,
 		// when a committed row holds it, does nothing and the second branch returns that
-		// row with what the store needs to decide (live lease, past retention), so a replay
-		// is this one statement. A twin in flight makes the INSERT wait for it; set_config
-		// bounds that wait (lock_timeout, 55P03). It sits in the INSERT's WHERE so it runs
-		// before the row is inserted, and is local to the transaction.
+		// row with the database's clock, for storage.Decide, so a replay is this one
+		// statement. A twin in flight makes the INSERT wait for it; set_config bounds that
+		// wait (lock_timeout, 55P03). It sits in the INSERT's WHERE so it runs before the
+		// row is inserted, and is local to the transaction.
 		//
 		// $1 scope, $2 key, $3 fingerprint, $4 method, $5 path, $6 lease token,
-		// $7 lease (µs), $8 lock_timeout (ms), $9 retention (µs).
+		// $7 lease (µs), $8 lock_timeout (ms).
 		claim: fmt.Sprintf(`WITH ins AS (
 	INSERT INTO %[1]s (scope, idem_key, request_hash, method, path, state, recovery_point,
 		locked_until, lease_token, created_at)
@@ -84,16 +89,16 @@ func newQueries(table pgx.Identifier) queries {
 	RETURNING created_at
 )
 SELECT true, NULL::bytea, NULL::text, NULL::text, NULL::text, NULL::text, NULL::timestamptz,
-	NULL::integer, NULL::bytea, NULL::bytea, created_at, NULL::timestamptz, false, false
+	NULL::integer, NULL::bytea, NULL::bytea, created_at, NULL::timestamptz, now()
 FROM ins
 UNION ALL
-SELECT false, %[2]s, %[3]s, %[4]s
+SELECT false, %[2]s, now()
 FROM %[1]s
-WHERE scope = $1 AND idem_key = $2 AND NOT EXISTS (SELECT 1 FROM ins)`, t, recordCols, liveExpr, expired(9)),
+WHERE scope = $1 AND idem_key = $2 AND NOT EXISTS (SELECT 1 FROM ins)`, t, recordCols),
 
 		// insert is the atomic claim: the transaction's first write, nothing else, so the
 		// first request (the common case) pays for no more than the INSERT; on a conflict
-		// lookup reads the holder. Arguments as for claim, without the retention.
+		// lookup reads the holder. Arguments as for claim.
 		insert: fmt.Sprintf(`INSERT INTO %s (scope, idem_key, request_hash, method, path, state, recovery_point,
 	locked_until, lease_token, created_at)
 SELECT $1::text, $2::text, $3::bytea, $4::text, $5::text, 'started', 'started',
@@ -124,9 +129,9 @@ RETURNING true`, t),
 	response_code, response_headers, response_body, created_at, completed_at)
 VALUES ($1, $2, $3, $4, $5, 'completed', $6, $7, $8, $9, now(), statement_timestamp())`, t),
 
-		// lookup reads a key without claiming it. $1 scope, $2 key, $3 retention (µs).
-		lookup: fmt.Sprintf(`SELECT false, %[2]s, %[3]s, %[4]s FROM %[1]s WHERE scope = $1 AND idem_key = $2`,
-			t, recordCols, liveExpr, expired(3)),
+		// lookup reads a key without claiming it, with the database's clock. $1 scope,
+		// $2 key.
+		lookup: fmt.Sprintf(`SELECT false, %[2]s, now() FROM %[1]s WHERE scope = $1 AND idem_key = $2`, t, recordCols),
 
 		// replace claims a key past retention whose lease is not live, as if it were
 		// absent. Conditional, so of several racers exactly one wins.
@@ -178,5 +183,11 @@ WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'start
 	SELECT scope, idem_key FROM %[1]s WHERE created_at < $1 AND NOT %[2]s
 	ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED) AS d
 WHERE k.scope = d.scope AND k.idem_key = d.idem_key`, t, liveExpr),
+
+		// CountKeys, an operator's query over the whole table. $1 retention (µs).
+		count: fmt.Sprintf(`SELECT count(*) FILTER (WHERE state = 'started'), count(*) FILTER (WHERE state = 'completed'),
+	count(*) FILTER (WHERE %[2]s), count(*) FILTER (WHERE %[3]s), count(*) FILTER (WHERE %[3]s AND %[2]s), now()
+FROM %[1]s`, t, liveExpr, expired(1)),
+		oldest: fmt.Sprintf(`SELECT scope, idem_key, state, created_at FROM %s ORDER BY created_at LIMIT 1`, t),
 	}
 }

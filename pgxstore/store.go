@@ -2,7 +2,6 @@ package pgxstore
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"slices"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/internal/keyrow"
 )
 
 // DB is what the store needs of the database: *pgxpool.Pool satisfies it (use that in
@@ -127,11 +127,10 @@ type Store struct {
 	claimFirst  bool
 	sweepPK     bool
 	q           queries
-	lockSeed    uint64 // lockHash's state after the table name
-	// The atomic claim's arguments that repeat from claim to claim, boxed once: the
-	// retention in microseconds, and the last lock wait's lock_timeout text.
-	retentionArg any
-	lastWait     atomic.Pointer[waitArg]
+	lockSeed    keyrow.LockSeed // lockHash's state after the table name
+	// The atomic claim's argument that repeats from claim to claim, boxed once: the last
+	// lock wait's lock_timeout text.
+	lastWait atomic.Pointer[waitArg]
 	// sem serialises use of a DB that is one connection (*pgx.Conn, pgx.Tx); nil for a
 	// pool.
 	sem chan struct{}
@@ -160,8 +159,7 @@ func New(db DB, opts ...Option) *Store {
 		s.sem = make(chan struct{}, 1)
 	}
 	s.q = newQueries(s.table)
-	s.lockSeed = fnvString(fnvOffset, s.table.Sanitize())
-	s.retentionArg = s.retention.Microseconds()
+	s.lockSeed = keyrow.NewLockSeed(s.table.Sanitize())
 	return s
 }
 
@@ -184,44 +182,12 @@ func (s *Store) lockTimeout(wait time.Duration) any {
 	return w.arg
 }
 
-// retentionMicros returns the retention argument (µs) of claims that keep keys for d.
-func (s *Store) retentionMicros(d time.Duration) any {
-	if d == s.retention {
-		return s.retentionArg
-	}
-	return d.Microseconds()
-}
-
-// FNV-1a, 64 bits.
-const (
-	fnvOffset = 14695981039346656037
-	fnvPrime  = 1099511628211
-)
-
-// fnvString folds len(v) and v into the FNV-1a state h.
-func fnvString(h uint64, v string) uint64 {
-	for n := uint64(len(v)); ; n >>= 8 { // the length first, so that no two fields run together
-		h = (h ^ n&0xff) * fnvPrime
-		if n < 0x100 {
-			break
-		}
-	}
-	for i := 0; i < len(v); i++ {
-		h = (h ^ uint64(v[i])) * fnvPrime
-	}
-	return h
-}
-
-// lockHash is the advisory lock key of (scope, key) in the store's table: 64 bits of
-// FNV-1a over the table name, the scope and the key, computed here so that every instance
-// of the application (any version, any platform) locks the same number. Two different
-// keys can share a hash: they then wait for each other needlessly (up to the lock wait,
-// then 409), which at 64 bits is about as likely as n²/2⁶⁵ for n keys in flight at once;
-// the primary key, not the lock, decides what is recorded. The lock shares the database's
-// one-bigint advisory lock space with the application's own advisory locks.
-func (s *Store) lockHash(scope, key string) int64 {
-	return int64(fnvString(fnvString(s.lockSeed, scope), key))
-}
+// lockHash is the advisory lock key of (scope, key) in the store's table (keyrow's hash,
+// the one gormstore computes for the same table). Two keys can share a hash: they then
+// wait for each other needlessly, up to the lock wait; the primary key, not the lock,
+// decides what is recorded. The lock shares the database's one-bigint advisory lock space
+// with the application's own advisory locks.
+func (s *Store) lockHash(scope, key string) int64 { return s.lockSeed.Hash(scope, key) }
 
 // Schema returns the DDL of the store's table (schema.sql with the configured table name),
 // for migration tools that keep their own files.
@@ -280,22 +246,11 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 	}
 }
 
-// token is a lease token: a random (version 4) UUID.
-type token [16]byte
-
-func newToken() token {
-	var t token
-	_, _ = rand.Read(t[:]) // never fails (crypto/rand)
-	t[6] = t[6]&0x0f | 0x40
-	t[8] = t[8]&0x3f | 0x80
-	return t
-}
-
-// claimArgs are the claim statement's arguments.
-func claimArgs(c storage.Claim, tok token, wait time.Duration) []any {
+// claimArgs are the arguments of the claim and insert statements.
+func claimArgs(c storage.Claim, tok keyrow.Token, wait time.Duration) []any {
 	ms := max(wait.Milliseconds(), 1)
 	return []any{c.Scope, c.Key, c.Fingerprint, c.Method, c.Path, tok,
-		c.Lease.Microseconds(), strconv.FormatInt(ms, 10), c.Retention.Microseconds()}
+		c.Lease.Microseconds(), strconv.FormatInt(ms, 10)}
 }
 
 // hold takes the connection of a single-connection DB, waiting up to wait (then

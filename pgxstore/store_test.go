@@ -33,3 +33,13 @@ func TestConformance(t *testing.T) {
 		}
 	}
 }
+
+// TestLockHashIsGormstores: the store locks the advisory lock number gormstore locks for
+// the same table and key (the values internal/keyrow pins).
+func TestLockHashIsGormstores(t *testing.T) {
+	t.Parallel()
+	pool := sharedPool(t)
+	require.Equal(t, int64(2482266343148212868), pgxstore.New(pool).LockHash("alice", "k1"))
+	require.Equal(t, int64(6952158868718321469),
+		pgxstore.New(pool, pgxstore.WithTable("billing.idem_keys")).LockHash("tenant-42", "3f2c9a1e-0b7d-4c55-9a0e-6d1f2b3c4d5e"))
+}

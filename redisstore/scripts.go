@@ -46,7 +46,13 @@ end
 //
 // Returns {'claimed'}; {'takeover', point}; {'mine', point} when the key already holds
 // this claim's token (the client sent the script again after losing the reply); or
-// {'record', st, fp, rp, lu, ca, m, p, co, sc, h, b}.
+// {'record', now, st, fp, rp, lu, ca, m, p, co, sc, h, b}.
+//
+// The script decides as storage.Decide does, atomically (a takeover must not race):
+// absent when past retention and not live, a takeover when started, not live and of
+// the same fingerprint, the record otherwise. The Go side classifies every record reply
+// with storage.Decide at the script's now and refuses one Decide would not report;
+// TestClaimScriptDecidesAsDecide holds the two to each other over every combination.
 var claimScript = redis.NewScript(prelude + `
 local k = KEYS[1]
 local now = now_us()
@@ -66,7 +72,7 @@ if st then
 			cover(k, now + lease, now)
 			return {'takeover', r[4]}
 		end
-		return {'record', st, r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12]}
+		return {'record', us(now), st, r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12]}
 	end
 	-- Past retention and not live: the key counts as absent.
 	redis.call('DEL', k)
@@ -128,4 +134,15 @@ else
 	redis.call('HSET', k, 'lu', '0')
 end
 return 1
+`)
+
+// lookupScript reads a key without changing it, with the server's clock: the clock its
+// leases run on.
+//
+// Returns {now} when there is no key, or {now, st, fp, rp, lu, ca, m, p, co, sc, h, b}.
+var lookupScript = redis.NewScript(prelude + `
+local now = us(now_us())
+local r = redis.call('HMGET', KEYS[1], 'st', 'fp', 'rp', 'lu', 'ca', 'm', 'p', 'co', 'sc', 'h', 'b')
+if not r[1] then return {now} end
+return {now, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11]}
 `)

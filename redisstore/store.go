@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/internal/keyrow"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -137,12 +137,11 @@ func (s *Store) Key(scope, key string) string {
 	return string(b)
 }
 
-// newToken returns a fresh fencing token: 128 random bits, so a token of a key deleted and
-// claimed again never matches the new claim's.
+// newToken returns a fresh fencing token (keyrow.Token) as hex: a token of a key deleted
+// and claimed again never matches the new claim's.
 func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand since Go 1.24)
-	return hex.EncodeToString(b[:])
+	t := keyrow.NewToken()
+	return hex.EncodeToString(t[:])
 }
 
 // bounded returns ctx with a deadline of timeout from now, or ctx itself when timeout is
@@ -190,9 +189,20 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 		l.takenOver = kind == "takeover" || l.point != storage.RecoveryStarted
 		return l, nil, nil
 	case "record":
-		rec, err := record(c, res[1:])
+		if len(res) < 2 {
+			return nil, nil, fmt.Errorf("redisstore: claim: short record reply")
+		}
+		now, err := micros(res[1])
 		if err != nil {
 			return nil, nil, err
+		}
+		rec, err := record(c.Scope, c.Key, res[2:])
+		if err != nil {
+			return nil, nil, err
+		}
+		if v := storage.Decide(rec, c, now); v == storage.VerdictAbsent || v == storage.VerdictTakeOver {
+			// The script reports what it did not act on; it must decide as Decide does.
+			return nil, nil, fmt.Errorf("redisstore: claim: the claim script reported key %q, which storage.Decide would %s", c.Key, v)
 		}
 		return nil, rec, nil
 	default:
@@ -200,15 +210,15 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 	}
 }
 
-// record builds the Record of the claim script's reply: st, fp, rp, lu, ca, m, p, co, sc,
-// h, b.
-func record(c storage.Claim, f []any) (*storage.Record, error) {
+// record builds the Record of scope and key from a script's reply: st, fp, rp, lu, ca, m,
+// p, co, sc, h, b.
+func record(scope, key string, f []any) (*storage.Record, error) {
 	if len(f) != 11 {
-		return nil, fmt.Errorf("redisstore: claim: record reply of %d fields, want 11", len(f))
+		return nil, fmt.Errorf("redisstore: record reply of %d fields, want 11", len(f))
 	}
 	rec := &storage.Record{
-		Scope:         c.Scope,
-		Key:           c.Key,
+		Scope:         scope,
+		Key:           key,
 		State:         storage.State(str(f[0])),
 		Fingerprint:   []byte(str(f[1])),
 		RecoveryPoint: str(f[2]),
@@ -232,15 +242,15 @@ func record(c storage.Claim, f []any) (*storage.Record, error) {
 		}
 		status, err := strconv.Atoi(str(f[8]))
 		if err != nil {
-			return nil, fmt.Errorf("redisstore: key %q: stored status: %w", c.Key, err)
+			return nil, fmt.Errorf("redisstore: key %q: stored status: %w", key, err)
 		}
 		h, err := storage.DecodeHeader([]byte(str(f[9])))
 		if err != nil {
-			return nil, fmt.Errorf("redisstore: key %q: %w", c.Key, err)
+			return nil, fmt.Errorf("redisstore: key %q: %w", key, err)
 		}
 		rec.Response = &storage.Response{Status: status, Header: h, Body: []byte(str(f[10]))}
 	default:
-		return nil, fmt.Errorf("redisstore: key %q: unknown stored state %q", c.Key, rec.State)
+		return nil, fmt.Errorf("redisstore: key %q: unknown stored state %q", key, rec.State)
 	}
 	return rec, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/redis/go-redis/v9"
 	gormmysql "gorm.io/driver/mysql"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -22,6 +23,7 @@ import (
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
 	"github.com/idemkit/idem/pgxstore"
+	"github.com/idemkit/idem/redisstore"
 )
 
 // connectWait bounds connecting to the database: an unreachable server is an error
@@ -35,6 +37,7 @@ const (
 	postgres dialect = iota + 1
 	mysqlDB
 	sqliteDB
+	redisDB
 )
 
 func (d dialect) String() string {
@@ -43,6 +46,8 @@ func (d dialect) String() string {
 		return "PostgreSQL"
 	case mysqlDB:
 		return "MySQL/MariaDB"
+	case redisDB:
+		return "Redis"
 	default:
 		return "SQLite"
 	}
@@ -59,10 +64,11 @@ type dbURL struct {
 var errUsage = errors.New("usage")
 
 // parseDB reads -db: postgres://…; mysql://user:pass@tcp(host:port)/db, mysql://user:pass@host:port/db
-// or a bare go-sql-driver DSN (user@tcp(host)/db); sqlite:PATH or a file path.
+// or a bare go-sql-driver DSN (user@tcp(host)/db); sqlite:PATH or a file path; redis://… or
+// rediss://… (a Cluster: ?addr=host:port for each further node).
 func parseDB(raw string) (dbURL, error) {
 	if raw == "" {
-		return dbURL{}, fmt.Errorf("%w: -db is required (postgres://…, mysql://…, sqlite:PATH)", errUsage)
+		return dbURL{}, fmt.Errorf("%w: -db is required (postgres://…, mysql://…, sqlite:PATH, redis://…)", errUsage)
 	}
 	scheme, rest, hasScheme := strings.Cut(raw, "://")
 	switch {
@@ -73,6 +79,11 @@ func parseDB(raw string) (dbURL, error) {
 		return dbURL{dialect: postgres, dsn: raw, shown: redact(raw)}, nil
 	case scheme == "mysql" || scheme == "mariadb":
 		return parseMySQL(raw, rest)
+	case scheme == "redis" || scheme == "rediss":
+		if _, err := redisOptions(raw); err != nil {
+			return dbURL{}, fmt.Errorf("%w: -db: not a Redis URL: %w", errUsage, err)
+		}
+		return dbURL{dialect: redisDB, dsn: raw, shown: redact(raw)}, nil
 	case strings.Contains(raw, "@tcp(") || strings.Contains(raw, "@unix("):
 		return parseMySQL(raw, raw)
 	case strings.HasPrefix(raw, "sqlite:"):
@@ -82,7 +93,7 @@ func parseDB(raw string) (dbURL, error) {
 		}
 		return dbURL{dialect: sqliteDB, dsn: path, shown: path}, nil
 	case hasScheme:
-		return dbURL{}, fmt.Errorf("%w: -db: scheme %q is not supported (postgres://, mysql://, sqlite:PATH)", errUsage, scheme)
+		return dbURL{}, fmt.Errorf("%w: -db: scheme %q is not supported (postgres://, mysql://, sqlite:PATH, redis://)", errUsage, scheme)
 	default: // a file path
 		return dbURL{dialect: sqliteDB, dsn: raw, shown: raw}, nil
 	}
@@ -139,21 +150,22 @@ func redact(raw string) string {
 	return u.Redacted()
 }
 
-// conn is an open database: the store (for migrate and sweep) and a *sql.DB for the
-// CLI's own reads (sql.go).
+// conn is an open database and the store on it: show, stats, migrate and sweep go through
+// the store; db (nil on Redis) is for tableExists, the one question the stores do not
+// answer.
 type conn struct {
 	url   dbURL
-	table string
+	table string // the table, or on Redis the key prefix
 	db    *sql.DB
 	store storage.Store
-	// migrate is the store's Migrate.
+	// migrate is the store's Migrate (nil on Redis: nothing to create).
 	migrate func(ctx context.Context) error
 	close   func()
 }
 
-// open connects to u, waiting at most connectWait, and makes the store on table with
-// retention. For SQLite, create says whether a missing file may be created (migrate) or
-// is an error (every other command).
+// open connects to u, waiting at most connectWait, and makes the store on table (on
+// Redis, the key prefix) with retention. For SQLite, create says whether a missing file
+// may be created (migrate) or is an error (every other command).
 func open(ctx context.Context, u dbURL, table string, retention time.Duration, create bool) (*conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, connectWait)
 	defer cancel()
@@ -183,6 +195,8 @@ func open(ctx context.Context, u dbURL, table string, retention time.Duration, c
 		db := stdlib.OpenDBFromPool(pool)
 		return &conn{url: u, table: table, db: db, store: st, migrate: st.Migrate,
 			close: func() { _ = db.Close(); pool.Close() }}, nil
+	case redisDB:
+		return redisConn(ctx, u, table, retention, unreachable)
 	case mysqlDB:
 		db, err := sql.Open("mysql", u.dsn)
 		if err != nil {
@@ -224,4 +238,43 @@ func gormConn(u dbURL, table string, retention time.Duration, db *sql.DB, d gorm
 	}
 	st := gormstore.New(g, gormstore.WithTable(table), gormstore.WithRetention(retention))
 	return &conn{url: u, table: table, db: db, store: st, migrate: st.Migrate, close: func() { _ = db.Close() }}, nil
+}
+
+// redisOptions parses a Redis URL: one node (a Sentinel-managed master is one node too),
+// or a Cluster when the URL names further nodes with addr= (go-redis's ParseClusterURL).
+func redisOptions(raw string) (*redis.UniversalOptions, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	if u.Query().Has("addr") {
+		o, err := redis.ParseClusterURL(raw)
+		if err != nil {
+			return nil, err
+		}
+		return &redis.UniversalOptions{Addrs: o.Addrs, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
+			IsClusterMode: true}, nil
+	}
+	o, err := redis.ParseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	return &redis.UniversalOptions{Addrs: []string{o.Addr}, Username: o.Username, Password: o.Password, DB: o.DB,
+		TLSConfig: o.TLSConfig}, nil
+}
+
+// redisConn connects to the Redis of u and makes a redisstore with prefix.
+func redisConn(ctx context.Context, u dbURL, prefix string, retention time.Duration, unreachable func(error) error) (*conn, error) {
+	o, err := redisOptions(u.dsn)
+	if err != nil {
+		return nil, fmt.Errorf("%w: -db: %w", errUsage, err)
+	}
+	o.DialTimeout, o.ContextTimeoutEnabled, o.MaxRetries = connectWait, true, -1
+	client := redis.NewUniversalClient(o)
+	if err := client.Ping(ctx).Err(); err != nil {
+		_ = client.Close()
+		return nil, unreachable(err)
+	}
+	st := redisstore.New(client, redisstore.WithPrefix(prefix), redisstore.WithRetention(retention))
+	return &conn{url: u, table: prefix, store: st, close: func() { _ = client.Close() }}, nil
 }

@@ -9,10 +9,15 @@
 //	check   -url URL [-url URL2 …] -body @f.json -header 'K: V' …   run idemtest's checks over HTTP
 //
 // -db is postgres://…, mysql://user:pass@tcp(host:port)/db (or mysql://user:pass@host:port/db,
-// or a bare go-sql-driver DSN), or sqlite:PATH (or a file path). PostgreSQL goes through
-// pgxstore, the others through gormstore. -table names the key table for migrate, sweep,
-// show and stats alike: idempotency_keys by default, the name given to the store's
-// WithTable otherwise (schema-qualified on PostgreSQL if it is there).
+// or a bare go-sql-driver DSN), sqlite:PATH (or a file path), or redis://… (rediss://; a
+// Cluster names further nodes with ?addr=host:port). PostgreSQL goes through pgxstore,
+// MySQL/MariaDB and SQLite through gormstore, Redis through redisstore: every command reads
+// and writes the keys through the store (show through its Lookup, stats through its
+// CountKeys), so it sees them as the application does. -table names the key table for
+// migrate, sweep, show and stats alike: idempotency_keys by default, the name given to the
+// store's WithTable otherwise (schema-qualified on PostgreSQL if it is there). On Redis,
+// -prefix (default idem:) names the store's keys instead, and migrate and sweep have
+// nothing to do.
 //
 // Exit status: 0 success; 1 a failed check, a key not found, or a database error; 2 a
 // command-line error.
@@ -41,13 +46,16 @@ commands:
   migrate  -db URL [-table T]                        create the key table if it does not exist
   sweep    -db URL [-table T] [-retention 24h] [-batch 5000]
                                                      delete keys past the retention, once
-  show     -db URL [-table T] -scope S -key K        one key's state, lease, stored response
-  stats    -db URL [-table T] [-retention 24h]       keys by state, oldest key, expired not yet swept
+  show     -db URL [-table T | -prefix P] -scope S -key K
+                                                     one key's state, lease, stored response
+  stats    -db URL [-table T | -prefix P] [-retention 24h]
+                                                     keys by state, oldest key, expired not yet swept
   check    -url URL [-url URL2 …] [-method POST] [-body @file|JSON] [-header 'K: V' …]
            [-get PATH] [-fail-header 'K: V'] [-parallel 20] [-timeout 60s] [-json]
                                                      run the idempotency checks against a deployed route
 
--db: postgres://user:pass@host:5432/db, mysql://user:pass@tcp(host:3306)/db, sqlite:PATH
+-db: postgres://user:pass@host:5432/db, mysql://user:pass@tcp(host:3306)/db, sqlite:PATH,
+     redis://user:pass@host:6379/0 (-prefix P: the redisstore's key prefix)
 Run "idem <command> -h" for a command's flags.
 `
 

@@ -27,6 +27,7 @@ import (
 	"github.com/idemkit/idem/gormstore"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/pgxstore"
+	"github.com/idemkit/idem/redisstore"
 )
 
 // TestMain fails the run on leaked goroutines, except the pool that internal/testdb
@@ -146,7 +147,6 @@ func TestMigrateShowStatsSweep(t *testing.T) {
 			assert.Contains(t, out, "state           started")
 			assert.Contains(t, out, "retry now gets  409 in progress until")
 			assert.Regexp(t, `lease +live until .* \(\d+(\.\d+)?s left\)`, out)
-			assert.Regexp(t, `lease token +[0-9a-f]{8}-[0-9a-f]{4}-`, out)
 			assert.Contains(t, out, "stored status   -")
 
 			out, _, code = idem(t, append([]string{"show", "-scope", "bob", "-key", "k1"}, dbt...)...)
@@ -210,7 +210,10 @@ func TestBadCommandLines(t *testing.T) {
 		{nil, "usage: idem <command>"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"stats"}, "-db is required"},
-		{[]string{"stats", "-db", "redis://localhost"}, `scheme "redis" is not supported`},
+		{[]string{"stats", "-db", "mongodb://localhost"}, `scheme "mongodb" is not supported`},
+		{[]string{"stats", "-db", "redis://localhost:notaport"}, "not a Redis URL"},
+		{[]string{"stats", "-db", "redis://localhost", "-table", "t"}, "Redis keys go by -prefix"},
+		{[]string{"stats", "-db", "x.db", "-prefix", "p:"}, "-prefix is for Redis"},
 		{[]string{"stats", "-db", "postgres://u:p@host:notaport/db"}, "not a PostgreSQL URL"},
 		{[]string{"stats", "-db", "mysql://root@tcp(127.0.0.1:3306"}, "not a MySQL DSN"},
 		{[]string{"stats", "-db", "mysql://root@127.0.0.1:3306"}, "names no database"},
@@ -272,6 +275,7 @@ func TestUnreachableDatabaseIsABoundedWait(t *testing.T) {
 	for name, db := range map[string]func(addr string) string{
 		"postgres": func(addr string) string { return "postgres://postgres@" + addr + "/test?sslmode=disable" },
 		"mariadb":  func(addr string) string { return "mysql://root@tcp(" + addr + ")/test" },
+		"redis":    func(addr string) string { return "redis://" + addr },
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -286,4 +290,98 @@ func TestUnreachableDatabaseIsABoundedWait(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "cannot connect to PostgreSQL at postgres://postgres@127.0.0.1:1/test")
 	assert.Contains(t, stderr, "connection refused")
+}
+
+// TestShowStatsOnRedis: show and stats read a redisstore's keys through the store, on the
+// Redis server's clock; migrate and sweep say they have nothing to do.
+func TestShowStatsOnRedis(t *testing.T) {
+	t.Parallel()
+	client, prefix := testdb.Redis(t)
+	store := redisstore.New(client, redisstore.WithPrefix(prefix))
+	seed(t, store, 2)
+	db := []string{"-db", "redis://" + testdb.RedisAddr() + "/0", "-prefix", prefix}
+
+	out, stderr, code := idem(t, append([]string{"migrate"}, db...)...)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "nothing to migrate in Redis at redis://")
+	out, stderr, code = idem(t, append([]string{"sweep"}, db...)...)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "nothing to sweep in Redis at redis://")
+
+	out, stderr, code = idem(t, append([]string{"show", "-scope", "alice", "-key", "k2"}, db...)...)
+	require.Equal(t, 0, code, stderr)
+	for _, want := range []string{"state           completed", "retry now gets  a replay of 201", "path            /v1/orders",
+		"stored status   201", "Location: /v1/orders/k2", "body size       11 bytes", "lease           none"} {
+		assert.Contains(t, out, want)
+	}
+	out, stderr, code = idem(t, append([]string{"show", "-scope", "alice", "-key", "inflight"}, db...)...)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "retry now gets  409 in progress until")
+	out, _, code = idem(t, append([]string{"show", "-scope", "bob", "-key", "k1"}, db...)...)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, `key "k1" in scope "bob": not found in Redis at redis://`)
+
+	out, stderr, code = idem(t, append([]string{"stats"}, db...)...)
+	require.Equal(t, 0, code, stderr)
+	assert.Regexp(t, `prefix +"`+prefix+`" \(Redis at redis://`, out)
+	assert.Regexp(t, `keys +3\n`, out)
+	assert.Regexp(t, `completed +2\n`, out)
+	assert.Regexp(t, `started +1 \(1 with a live lease: in flight; 0 resumable by a retry\)`, out)
+	assert.Regexp(t, `oldest key +.* \(scope "alice", key "k1", completed\)`, out)
+	assert.Regexp(t, `expired, not yet swept +0 \(`, out)
+
+	// Past a retention of 1ms every key counts as expired (the live lease is kept), and show
+	// says a retry runs afresh.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		out, _, _ := idem(t, append([]string{"stats", "-retention", "1ms"}, db...)...)
+		assert.Regexp(c, `expired, not yet swept +3 \(.*; 1 of them hold a live lease and are kept; Redis removes them itself\)`, out)
+	}, 10*time.Second, 20*time.Millisecond)
+	out, stderr, code = idem(t, append([]string{"show", "-retention", "1ms", "-scope", "alice", "-key", "k1"}, db...)...)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "retry now gets  a fresh run: the key is past the retention")
+	assert.Contains(t, out, "expired         yes")
+}
+
+// TestShowDoKey: a key Engine.Do wrote is shown as a message ID with its result, not as an
+// HTTP request with a status.
+func TestShowDoKey(t *testing.T) {
+	t.Parallel()
+	b := backends[0]
+	db, store := b.setup(t, "do_keys")
+	_, stderr, code := idem(t, "migrate", "-db", db, "-table", "do_keys")
+	require.Equal(t, 0, code, stderr)
+	eng, err := core.New(core.Config{Store: store})
+	require.NoError(t, err)
+	_, _, err = eng.Do(t.Context(), "billing", "msg-1", []byte("payload"), func(context.Context) ([]byte, error) {
+		return []byte(`{"charged":1}`), nil
+	})
+	require.NoError(t, err)
+
+	out, stderr, code := idem(t, "show", "-db", db, "-table", "do_keys", "-scope", "billing", "-key", "msg-1")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "written by       Engine.Do: a message or job ID, not an HTTP request")
+	assert.Contains(t, out, "redelivery gets  the recorded result (13 bytes), replayed without running fn")
+	assert.Contains(t, out, "result           13 bytes")
+	for _, http := range []string{"method", "path", "stored status", "retry now gets"} {
+		assert.NotContains(t, out, http)
+	}
+}
+
+// TestRedisURLs: a Redis URL is one node, or a Cluster when it names further nodes.
+func TestRedisURLs(t *testing.T) {
+	t.Parallel()
+	o, err := redisOptions("redis://u:p@127.0.0.1:6380/2")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"127.0.0.1:6380"}, o.Addrs)
+	assert.Equal(t, 2, o.DB)
+	assert.Equal(t, "p", o.Password)
+	assert.False(t, o.IsClusterMode)
+	o, err = redisOptions("redis://127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002")
+	require.NoError(t, err)
+	assert.True(t, o.IsClusterMode)
+	assert.Equal(t, []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"}, o.Addrs)
+	u, err := parseDB("rediss://u:s3cret@example.com:6380")
+	require.NoError(t, err)
+	assert.Equal(t, redisDB, u.dialect)
+	assert.NotContains(t, u.shown, "s3cret")
 }

@@ -1,18 +1,22 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"net/http"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/redisstore"
 )
 
 // errHelp is -h: the flag package printed the usage; exit 0.
@@ -45,17 +49,29 @@ func parse(fs *flag.FlagSet, args []string) error {
 
 // dbFlags are the flags of the commands on the key table.
 type dbFlags struct {
-	db, table string
-	retention time.Duration
+	db, table, prefix string
+	retention         time.Duration
 }
 
+// defaultTable is -table's default.
+const defaultTable = "idempotency_keys"
+
 func (f *dbFlags) register(fs *flag.FlagSet, retention bool) {
-	fs.StringVar(&f.db, "db", "", "the database: postgres://…, mysql://…, sqlite:PATH (required)")
-	fs.StringVar(&f.table, "table", "idempotency_keys", "the key table (schema.table allowed on PostgreSQL)")
+	fs.StringVar(&f.db, "db", "", "the database: postgres://…, mysql://…, sqlite:PATH, redis://… (required)")
+	fs.StringVar(&f.table, "table", "", "the key table (schema.table allowed on PostgreSQL); default "+defaultTable)
+	fs.StringVar(&f.prefix, "prefix", "", "Redis only: the store's key prefix (redisstore.WithPrefix); default "+redisstore.DefaultPrefix)
 	f.retention = 24 * time.Hour
 	if retention {
 		fs.DurationVar(&f.retention, "retention", 24*time.Hour, "how long keys are kept (the store's WithRetention)")
 	}
+}
+
+// place names the table, or on Redis the key prefix, for messages.
+func (f *dbFlags) place(c *conn) string {
+	if c.url.dialect == redisDB {
+		return fmt.Sprintf("Redis at %s (prefix %q)", c.url.shown, c.table)
+	}
+	return c.table
 }
 
 // connect opens the database and, unless migrating, requires the key table.
@@ -64,13 +80,22 @@ func (f *dbFlags) connect(ctx context.Context, migrating bool) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if f.table == "" {
-		return nil, fmt.Errorf("%w: -table is empty", errUsage)
+	name := f.table
+	switch {
+	case u.dialect == redisDB && f.table != "":
+		return nil, fmt.Errorf("%w: -table names an SQL table; Redis keys go by -prefix", errUsage)
+	case u.dialect == redisDB:
+		name = cmp.Or(f.prefix, redisstore.DefaultPrefix)
+	case f.prefix != "":
+		return nil, fmt.Errorf("%w: -prefix is for Redis; an SQL store's keys go by -table", errUsage)
+	case name == "":
+		name = defaultTable
 	}
+	f.table = name
 	if f.retention <= 0 {
 		return nil, fmt.Errorf("%w: -retention %v: want a positive duration", errUsage, f.retention)
 	}
-	c, err := openChecked(ctx, u, f.table, f.retention, migrating)
+	c, err := openChecked(ctx, u, name, f.retention, migrating)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +110,7 @@ func (f *dbFlags) connect(ctx context.Context, migrating bool) (*conn, error) {
 	if !ok {
 		c.close()
 		return nil, fmt.Errorf("table %s not found in %s at %s: run \"idem migrate -db … -table %s\" first",
-			f.table, u.dialect, u.shown, f.table)
+			name, u.dialect, u.shown, name)
 	}
 	return c, nil
 }
@@ -112,6 +137,10 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer c.close()
+	if c.migrate == nil {
+		fmt.Fprintf(stdout, "nothing to migrate in %s: the store writes a hash per key as it claims\n", f.place(c))
+		return nil
+	}
 	existed, err := c.tableExists(ctx)
 	if err != nil {
 		return err
@@ -163,6 +192,10 @@ func sweepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer c.close()
+	if se, ok := c.store.(storage.SelfExpiring); ok && se.ExpiresKeys() {
+		fmt.Fprintf(stdout, "nothing to sweep in %s: Redis expires each key itself when its retention has passed\n", f.place(c))
+		return nil
+	}
 	p := &progress{Store: c.store, w: stdout, began: time.Now()}
 	fmt.Fprintf(stdout, "sweeping %s: keys created before %s (retention %s), %d per batch\n",
 		f.table, time.Now().Add(-f.retention).UTC().Format(time.RFC3339), f.retention, *batch)
@@ -177,10 +210,10 @@ func sweepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 func showCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f dbFlags
-	fs := newFlags("show", "-db URL [-table T] -scope S -key K", stderr)
+	fs := newFlags("show", "-db URL [-table T | -prefix P] -scope S -key K", stderr)
 	f.register(fs, true)
 	scope := fs.String("scope", "", "the key's scope: what the server's scope function returns (account, tenant) (required)")
-	key := fs.String("key", "", "the key, as the server parsed it (unquoted) (required)")
+	key := fs.String("key", "", "the key (or Do's message ID), as the server parsed it (unquoted) (required)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -192,20 +225,26 @@ func showCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer c.close()
-	r, err := c.readKey(ctx, *scope, *key)
-	if errors.Is(err, errNoKey) {
-		fmt.Fprintf(stdout, "key %q in scope %q: not found in %s (never claimed, released after a failure, or swept)\n", *key, *scope, f.table)
+	lk, ok := c.store.(storage.Lookuper)
+	if !ok {
+		return fmt.Errorf("the store on %s cannot read one key (no storage.Lookuper)", c.url.dialect)
+	}
+	rec, now, err := lk.Lookup(ctx, *scope, *key)
+	if errors.Is(err, storage.ErrNotFound) {
+		fmt.Fprintf(stdout, "key %q in scope %q: not found in %s (never claimed, released after a failure, or swept)\n", *key, *scope, f.place(c))
 		return errFailed
 	}
 	if err != nil {
 		return err
 	}
-	writeKey(stdout, r, f.retention)
+	writeKey(stdout, rec, now, f.retention)
 	return nil
 }
 
-// writeKey prints one key and what a retry of it gets now.
-func writeKey(w io.Writer, r *keyRow, retention time.Duration) {
+// writeKey prints one key and what a retry of it gets now: storage.Decide's verdict on it
+// for the same request, at the store's clock. A key that Engine.Do wrote (no method, no
+// path) is a message or job ID: its stored response is Do's result.
+func writeKey(w io.Writer, rec *storage.Record, now time.Time, retention time.Duration) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(name, format string, args ...any) {
 		fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{name}, args...)...)
@@ -214,90 +253,111 @@ func writeKey(w io.Writer, r *keyRow, retention time.Duration) {
 		if t.IsZero() {
 			return "-"
 		}
-		return fmt.Sprintf("%s (%s ago)", t.UTC().Format(time.RFC3339Nano), r.Now.Sub(t).Round(time.Millisecond))
+		return fmt.Sprintf("%s (%s ago)", t.UTC().Format(time.RFC3339Nano), now.Sub(t).Round(time.Millisecond))
 	}
-	live := !r.LockedUntil.IsZero() && r.LockedUntil.After(r.Now)
-	expired := r.CreatedAt.Before(r.Now.Add(-retention))
-	h, herr := storage.DecodeHeader(r.ResponseHeaders)
-	row("scope", "%s", r.Scope)
-	row("key", "%s", r.Key)
-	row("state", "%s", r.State)
-	row("retry now gets", "%s", verdict(r, h.Get(omittedHeader), live, expired))
-	row("fingerprint", "%x", r.Fingerprint)
-	row("method", "%s", r.Method)
-	row("path", "%s", r.Path)
-	row("recovery point", "%s", r.RecoveryPoint)
+	do := rec.Method == "" && rec.Path == ""
+	v := storage.Decide(rec, storage.Claim{Fingerprint: rec.Fingerprint, Retention: retention}, now)
+	row("scope", "%s", rec.Scope)
+	row("key", "%s", rec.Key)
+	row("state", "%s", rec.State)
+	if do {
+		row("written by", "Engine.Do: a message or job ID, not an HTTP request")
+		row("redelivery gets", "%s", doVerdict(rec, v))
+	} else {
+		row("retry now gets", "%s", verdict(rec, v))
+	}
+	row("fingerprint", "%x", rec.Fingerprint)
+	if !do {
+		row("method", "%s", rec.Method)
+		row("path", "%s", rec.Path)
+	}
+	row("recovery point", "%s", rec.RecoveryPoint)
 	switch {
-	case r.LockedUntil.IsZero():
+	case rec.LockedUntil.IsZero():
 		row("lease", "none")
-	case live:
-		row("lease", "live until %s (%s left)", r.LockedUntil.UTC().Format(time.RFC3339Nano), r.LockedUntil.Sub(r.Now).Round(time.Millisecond))
+	case v == storage.VerdictInProgress: // a live lease
+		row("lease", "live until %s (%s left)", rec.LockedUntil.UTC().Format(time.RFC3339Nano), rec.LockedUntil.Sub(now).Round(time.Millisecond))
 	default:
-		row("lease", "ended %s", at(r.LockedUntil))
+		row("lease", "ended %s", at(rec.LockedUntil))
 	}
-	if r.LeaseToken != "" {
-		row("lease token", "%s", r.LeaseToken)
-	}
-	if r.ResponseCode.Valid {
-		row("stored status", "%d", r.ResponseCode.Int64)
-	} else {
+	switch resp := rec.Response; {
+	case do && resp == nil:
+		row("result", "- (none recorded yet)")
+	case do:
+		row("result", "%d bytes", len(resp.Body))
+	case resp == nil:
 		row("stored status", "-")
-	}
-	if herr != nil {
-		row("stored headers", "unreadable: %v", herr)
-	} else if len(h) == 0 {
 		row("stored headers", "-")
-	} else {
-		names := make([]string, 0, len(h))
-		for k := range h {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		for i, k := range names {
-			label := ""
-			if i == 0 {
-				label = "stored headers"
-			}
-			row(label, "%s: %s", k, strings.Join(h[k], ", "))
-		}
-	}
-	if r.BodySize.Valid {
-		row("body size", "%d bytes", r.BodySize.Int64)
-	} else {
 		row("body size", "- (no body stored)")
+	default:
+		row("stored status", "%d", resp.Status)
+		writeHeader(row, resp.Header)
+		row("body size", "%d bytes", len(resp.Body))
 	}
-	row("created", "%s", at(r.CreatedAt))
-	row("completed", "%s", at(r.CompletedAt))
-	if expired {
+	row("created", "%s", at(rec.CreatedAt))
+	row("completed", "%s", at(rec.CompletedAt))
+	if v == storage.VerdictAbsent {
 		row("expired", "yes: older than the retention (%s); claims treat it as absent and sweep deletes it", retention)
 	}
 	_ = tw.Flush()
+}
+
+// writeHeader prints stored headers, one a line, sorted by name.
+func writeHeader(row func(name, format string, args ...any), h http.Header) {
+	if len(h) == 0 {
+		row("stored headers", "-")
+		return
+	}
+	for i, k := range slices.Sorted(maps.Keys(h)) {
+		label := ""
+		if i == 0 {
+			label = "stored headers"
+		}
+		row(label, "%s: %s", k, strings.Join(h[k], ", "))
+	}
 }
 
 // omittedHeader is the stored header by which the engine marks a response whose body
 // was over its MaxResponseBody (core's engine.go): retries get 410 response-too-large.
 const omittedHeader = "Idempotent-Body-Omitted"
 
-// verdict is what the engine answers a retry with the same request, today.
-func verdict(r *keyRow, omitted string, live, expired bool) string {
-	switch {
-	case expired && !live:
+// verdict says what the engine answers a retry of the same request, as v says.
+func verdict(rec *storage.Record, v storage.Verdict) string {
+	switch v {
+	case storage.VerdictAbsent:
 		return "a fresh run: the key is past the retention"
-	case r.State == "completed" && omitted != "":
-		return fmt.Sprintf("410 response-too-large: completed with %d, its %s-byte body too large to keep", r.ResponseCode.Int64, omitted)
-	case r.State == "completed":
-		return fmt.Sprintf("a replay of %d (422 if the request differs)", r.ResponseCode.Int64)
-	case live:
+	case storage.VerdictReplay:
+		if omitted := rec.Response.Header.Get(omittedHeader); omitted != "" {
+			return fmt.Sprintf("410 response-too-large: completed with %d, its %s-byte body too large to keep", rec.Response.Status, omitted)
+		}
+		return fmt.Sprintf("a replay of %d (422 if the request differs)", rec.Response.Status)
+	case storage.VerdictInProgress:
 		return fmt.Sprintf("409 in progress until %s: a request holds the lease (phased), recovery point %q",
-			r.LockedUntil.UTC().Format(time.RFC3339), r.RecoveryPoint)
-	default:
-		return fmt.Sprintf("a takeover: the lease ended, the retry resumes after %q", r.RecoveryPoint)
+			rec.LockedUntil.UTC().Format(time.RFC3339), rec.RecoveryPoint)
+	default: // storage.VerdictTakeOver
+		return fmt.Sprintf("a takeover: the lease ended, the retry resumes after %q", rec.RecoveryPoint)
+	}
+}
+
+// doVerdict says what Engine.Do returns for a redelivery of the same message, as v says.
+func doVerdict(rec *storage.Record, v storage.Verdict) string {
+	switch v {
+	case storage.VerdictAbsent:
+		return "a fresh run of fn: the ID is past the retention"
+	case storage.VerdictReplay:
+		return fmt.Sprintf("the recorded result (%d bytes), replayed without running fn (ErrKeyReused if the fingerprint differs)",
+			len(rec.Response.Body))
+	case storage.VerdictInProgress:
+		return fmt.Sprintf("ErrInProgress until %s: a consumer holds the lease (phased), recovery point %q",
+			rec.LockedUntil.UTC().Format(time.RFC3339), rec.RecoveryPoint)
+	default: // storage.VerdictTakeOver
+		return fmt.Sprintf("a takeover: the lease ended, fn runs again after %q", rec.RecoveryPoint)
 	}
 }
 
 func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f dbFlags
-	fs := newFlags("stats", "-db URL [-table T] [-retention 24h]", stderr)
+	fs := newFlags("stats", "-db URL [-table T | -prefix P] [-retention 24h]", stderr)
 	f.register(fs, true)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -307,34 +367,36 @@ func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer c.close()
-	s, err := c.readStats(ctx, f.retention)
+	kcr, ok := c.store.(storage.KeyCounter)
+	if !ok {
+		return fmt.Errorf("the store on %s cannot count its keys (no storage.KeyCounter)", c.url.dialect)
+	}
+	s, err := kcr.CountKeys(ctx)
 	if err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "table\t%s (%s at %s)\n", f.table, c.url.dialect, c.url.shown)
-	fmt.Fprintf(tw, "keys\t%d\n", s.Total)
-	states := make([]string, 0, len(s.ByState))
-	for st := range s.ByState {
-		states = append(states, st)
+	if c.url.dialect == redisDB {
+		fmt.Fprintf(tw, "prefix\t%q (Redis at %s)\n", f.table, c.url.shown)
+	} else {
+		fmt.Fprintf(tw, "table\t%s (%s at %s)\n", f.table, c.url.dialect, c.url.shown)
 	}
-	sort.Strings(states)
-	for _, st := range states {
-		extra := ""
-		if st == "started" {
-			extra = fmt.Sprintf(" (%d with a live lease: in flight; %d resumable by a retry)", s.Live, s.ByState[st]-s.Live)
-		}
-		fmt.Fprintf(tw, "  %s\t%d%s\n", st, s.ByState[st], extra)
-	}
+	fmt.Fprintf(tw, "keys\t%d\n", s.Started+s.Completed)
+	fmt.Fprintf(tw, "  completed\t%d\n", s.Completed)
+	fmt.Fprintf(tw, "  started\t%d (%d with a live lease: in flight; %d resumable by a retry)\n", s.Started, s.Live, s.Started-s.Live)
 	if s.Oldest != nil {
-		fmt.Fprintf(tw, "oldest key\t%s, %s ago (scope %q, key %q, %s)\n", s.Oldest.CreatedAt.Format(time.RFC3339),
+		fmt.Fprintf(tw, "oldest key\t%s, %s ago (scope %q, key %q, %s)\n", s.Oldest.CreatedAt.UTC().Format(time.RFC3339),
 			s.Now.Sub(s.Oldest.CreatedAt).Round(time.Second), s.Oldest.Scope, s.Oldest.Key, s.Oldest.State)
 	} else {
 		fmt.Fprintf(tw, "oldest key\t-\n")
 	}
-	fmt.Fprintf(tw, "expired, not yet swept\t%d (created before %s, retention %s", s.Expired, s.Cutoff.Format(time.RFC3339), s.Retention)
+	fmt.Fprintf(tw, "expired, not yet swept\t%d (created before %s, retention %s", s.Expired,
+		s.Now.Add(-f.retention).UTC().Format(time.RFC3339), f.retention)
 	if s.ExpiredLive > 0 {
 		fmt.Fprintf(tw, "; %d of them hold a live lease and are kept", s.ExpiredLive)
+	}
+	if c.url.dialect == redisDB {
+		fmt.Fprintf(tw, "; Redis removes them itself")
 	}
 	fmt.Fprintf(tw, ")\n")
 	return tw.Flush()

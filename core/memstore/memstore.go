@@ -1,7 +1,6 @@
 package memstore
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -120,13 +119,6 @@ func (r *record) live(now int64) bool { return !r.completed() && now < r.lockedU
 // completed reports whether r's key has a recorded response.
 func (r *record) completed() bool { return r.response != nil }
 
-// absent reports whether r counts as absent at now for a claim with the given retention:
-// created longer ago than retention and not held by a live lease. A retention of zero or
-// less never expires a key.
-func (r *record) absent(now int64, retention time.Duration) bool {
-	return retention > 0 && time.Duration(now-r.created) > retention && !r.live(now)
-}
-
 // started returns a snapshot of the started key k. The caller holds the shard's mutex.
 func (r *record) started(k id) *storage.Record {
 	snap := r.report(k)
@@ -173,7 +165,11 @@ func New(opts ...Option) *Store {
 	return s
 }
 
-var _ storage.Store = (*Store)(nil)
+var (
+	_ storage.Store      = (*Store)(nil)
+	_ storage.Lookuper   = (*Store)(nil)
+	_ storage.KeyCounter = (*Store)(nil)
+)
 
 // shard returns the shard of key k.
 func (s *Store) shard(k id) *shard {
@@ -221,10 +217,16 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 	sh := s.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	now := s.now().UnixNano()
+	clock := s.now()
+	now := clock.UnixNano()
 	r := sh.keys[k]
-	switch {
-	case r == nil || r.absent(now, c.Retention):
+	var held *storage.Record
+	if r != nil {
+		rep := r.report(k)
+		held = &rep
+	}
+	switch storage.Decide(held, c, clock) {
+	case storage.VerdictAbsent:
 		if r != nil {
 			r.owner = nil // fences out a lock of the key it replaces
 		}
@@ -232,13 +234,79 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 		r.fp = r.keep(c.Fingerprint)
 		sh.keys[k] = r
 		return s.take(sh, k, r, now, lease, false), nil, nil
-	case r.completed():
-		return nil, r.replay(k), nil
-	case r.live(now) || !bytes.Equal(r.fp, c.Fingerprint):
-		return nil, r.started(k), nil
-	default: // an expired lease, the same request: take over, which fences the old lock out
+	case storage.VerdictTakeOver: // fences the old lock out
 		return s.take(sh, k, r, now, lease, true), nil, nil
+	default:
+		return nil, r.reported(k), nil
 	}
+}
+
+// reported returns the record of key k as a claim or a lookup reports it: the shared
+// replay record of a completed key, a snapshot of a started one. The caller holds the
+// shard's mutex.
+func (r *record) reported(k id) *storage.Record {
+	if r.completed() {
+		return r.replay(k)
+	}
+	return r.started(k)
+}
+
+// Lookup implements storage.Lookuper: the record of key in scope, expired or not, and the
+// store's clock. A completed key's record is the one replays share: callers must not
+// mutate it. No record: an error wrapping storage.ErrNotFound.
+func (s *Store) Lookup(ctx context.Context, scope, key string) (*storage.Record, time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, time.Time{}, fmt.Errorf("memstore: lookup: %w", err)
+	}
+	k := id{scope, key}
+	sh := s.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now := s.now()
+	r := sh.keys[k]
+	if r == nil {
+		return nil, now, fmt.Errorf("memstore: key %q in scope %q: %w", key, scope, storage.ErrNotFound)
+	}
+	return r.reported(k), now, nil
+}
+
+// CountKeys implements storage.KeyCounter, one shard at a time: keys claimed or completed
+// meanwhile in a shard already counted are not seen.
+func (s *Store) CountKeys(ctx context.Context) (*storage.KeyCounts, error) {
+	clock := s.now()
+	now := clock.UnixNano()
+	kc := &storage.KeyCounts{Now: clock}
+	var oldest storage.Record
+	for i := range s.shards {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("memstore: count keys: %w", err)
+		}
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, r := range sh.keys {
+			live := r.live(now)
+			if r.completed() {
+				kc.Completed++
+			} else {
+				kc.Started++
+				if live {
+					kc.Live++
+				}
+			}
+			if time.Duration(now-r.created) > s.retention {
+				kc.Expired++
+				if live {
+					kc.ExpiredLive++
+				}
+			}
+			if kc.Oldest == nil || r.created < oldest.CreatedAt.UnixNano() {
+				oldest = r.report(k)
+				kc.Oldest = &oldest
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return kc, nil
 }
 
 // take makes a new lock the owner of r, key k, with a fresh lease. The caller holds sh's

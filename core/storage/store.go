@@ -128,7 +128,8 @@ type Record struct {
 // must see exactly one winner. Every store runs the conformance suite in core/storetest.
 type Store interface {
 	// Claim either hands the caller the key, as a Lock, or reports the Record that holds
-	// it. When err is nil exactly one of lock and rec is non-nil.
+	// it. When err is nil exactly one of lock and rec is non-nil. What it does with a
+	// record is Decide's verdict on it, at the store's clock (the rules below).
 	//
 	//   - No record, or a record past c.Retention whose lease is not live: the key is
 	//     claimed and a Lock returned. In ModeAtomic the lock holds an open transaction

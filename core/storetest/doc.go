@@ -6,7 +6,9 @@
 //
 // ModePhased is always exercised; ModeAtomic too when the store's SupportsAtomic reports
 // true (otherwise the suite checks that an atomic claim fails with
-// storage.ErrUnsupportedMode).
+// storage.ErrUnsupportedMode). A store that implements storage.Lookuper or
+// storage.KeyCounter gets their tests too, among them that storage.Decide on what Lookup
+// reads says what the next claim does.
 //
 // Call Run from the store's external test package, with a function that gives each
 // subtest a fresh, empty store of its own (its own table, schema or database), so the

@@ -40,7 +40,8 @@ const (
 // -run 'TestX/phased/Fencing'.
 func Run(t *testing.T, newStore func(t *testing.T) storage.Store) {
 	t.Helper()
-	atomicOK := newStore(t).SupportsAtomic()
+	probe := newStore(t)
+	atomicOK := probe.SupportsAtomic()
 
 	groups := []struct {
 		mode  storage.Mode
@@ -65,7 +66,7 @@ func Run(t *testing.T, newStore func(t *testing.T) storage.Store) {
 	}
 	t.Run("store", func(t *testing.T) {
 		t.Parallel()
-		for _, tc := range storeTests {
+		for _, tc := range append(storeTests[:len(storeTests):len(storeTests)], readTests(probe)...) {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
 				tc.run(newSuite(t, newStore(t), storage.ModePhased))

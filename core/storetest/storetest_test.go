@@ -87,6 +87,17 @@ func (s *refStore) free(k [2]string) {
 	s.mu.Unlock()
 }
 
+// Lookup hides a key an atomic claim holds: its transaction has not committed.
+func (s *refStore) Lookup(ctx context.Context, scope, key string) (*storage.Record, time.Time, error) {
+	s.mu.Lock()
+	_, pending := s.pending[[2]string{scope, key}]
+	s.mu.Unlock()
+	if pending {
+		return nil, time.Time{}, fmt.Errorf("ref: %w", storage.ErrNotFound)
+	}
+	return s.Store.Lookup(ctx, scope, key)
+}
+
 type refLock struct {
 	storage.Lock
 	s     *refStore
@@ -230,6 +241,32 @@ func (s *brokenStore) Claim(ctx context.Context, c storage.Claim) (storage.Lock,
 		return unfencedLock{lock}, nil, nil
 	}
 	return lock, rec, err
+}
+
+// Lookup, with the flaw "lookup-no-lease", reports every lease as ended.
+func (s *brokenStore) Lookup(ctx context.Context, scope, key string) (*storage.Record, time.Time, error) {
+	rec, now, err := s.Store.Lookup(ctx, scope, key)
+	if s.flaw == "lookup-no-lease" && rec != nil {
+		cp := *rec
+		cp.LockedUntil = time.Time{}
+		rec = &cp
+	}
+	return rec, now, err
+}
+
+// TestSuiteCatchesBrokenLookups is TestSuiteCatchesBrokenStores for the read tests: a
+// Lookup that loses the lease fails them at the assertions meant to catch it.
+func TestSuiteCatchesBrokenLookups(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenStoreChild$/^store$/^(Lookup|LookupDecidesAsClaim)$",
+		"-test.v", "-test.count=1", "-test.parallel=1")
+	cmd.Env = append(os.Environ(), brokenEnv+"=lookup-no-lease")
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "the suite passed a Lookup that loses leases:\n%s", out)
+	assert.NotContains(t, string(out), "panic:")
+	failed := failures(string(out))
+	assert.Contains(t, failed["TestBrokenStoreChild/store/Lookup"], "the lease of a fresh claim is live at Lookup's now", "%s", out)
+	assert.Contains(t, failed["TestBrokenStoreChild/store/LookupDecidesAsClaim"], "a live lease: Decide must say in progress", "%s", out)
 }
 
 // fakeLock claims to hold a key it does not hold.

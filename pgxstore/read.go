@@ -1,0 +1,53 @@
+package pgxstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem/core/storage"
+)
+
+var (
+	_ storage.Lookuper   = (*Store)(nil)
+	_ storage.KeyCounter = (*Store)(nil)
+)
+
+// Lookup implements storage.Lookuper: one statement, outside any transaction, with the
+// database's clock (now()). A key an atomic request holds is not visible before it
+// commits.
+func (s *Store) Lookup(ctx context.Context, scope, key string) (*storage.Record, time.Time, error) {
+	var row claimRow
+	found, err := s.scanRow(ctx, nil, holdWait, s.q.lookup, []any{scope, key}, &row)
+	switch {
+	case err != nil:
+		return nil, time.Time{}, classify(ctx, "look up", err, false)
+	case !found:
+		return nil, time.Time{}, fmt.Errorf("pgxstore: key %q in scope %q: %w", key, scope, storage.ErrNotFound)
+	}
+	rec, err := row.record(scope, key)
+	return rec, row.now.Time, err
+}
+
+// CountKeys implements storage.KeyCounter: one statement counts the table (a sequential
+// scan), another reads the oldest key (by the created_at index).
+func (s *Store) CountKeys(ctx context.Context) (*storage.KeyCounts, error) {
+	kc := &storage.KeyCounts{}
+	if err := s.scan(ctx, nil, holdWait, s.q.count, []any{s.retention.Microseconds()},
+		&kc.Started, &kc.Completed, &kc.Live, &kc.Expired, &kc.ExpiredLive, &kc.Now); err != nil {
+		return nil, classify(ctx, "count keys", err, false)
+	}
+	o := &storage.Record{}
+	err := s.scan(ctx, nil, holdWait, s.q.oldest, nil, &o.Scope, &o.Key, &o.State, &o.CreatedAt)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return nil, classify(ctx, "count keys: oldest", err, false)
+	default:
+		kc.Oldest = o
+	}
+	return kc, nil
+}

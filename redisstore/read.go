@@ -1,0 +1,173 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem/core/storage"
+)
+
+var (
+	_ storage.Lookuper   = (*Store)(nil)
+	_ storage.KeyCounter = (*Store)(nil)
+)
+
+// Lookup implements storage.Lookuper: one script run reads the key's hash and the Redis
+// server's clock, the one its leases run on.
+func (s *Store) Lookup(ctx context.Context, scope, key string) (*storage.Record, time.Time, error) {
+	res, err := lookupScript.Run(ctx, s.client, []string{s.Key(scope, key)}).Slice()
+	if err != nil {
+		return nil, time.Time{}, classify(ctx, "look up", err)
+	}
+	if len(res) == 0 {
+		return nil, time.Time{}, fmt.Errorf("redisstore: look up: empty reply")
+	}
+	now, err := micros(res[0])
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if len(res) == 1 {
+		return nil, now, fmt.Errorf("redisstore: key %q in scope %q: %w", key, scope, storage.ErrNotFound)
+	}
+	rec, err := record(scope, key, res[1:])
+	return rec, now, err
+}
+
+// countBatch is how many keys one SCAN step asks for and one pipeline reads.
+const countBatch = 1000
+
+// CountKeys implements storage.KeyCounter. It walks the store's keys with SCAN (on Redis
+// Cluster, on every master; on a Ring, on every shard) and reads each one's state, lease
+// and creation time, a pipeline per batch: it reads the whole key space under the
+// prefix, an operator's query. Each node's keys are measured against that node's clock;
+// Now is the latest of them. Keys claimed or deleted while it runs may or may not be
+// counted.
+func (s *Store) CountKeys(ctx context.Context) (*storage.KeyCounts, error) {
+	total := &storage.KeyCounts{}
+	var mu sync.Mutex
+	count := func(ctx context.Context, node redis.Cmdable) error {
+		kc, err := s.countNode(ctx, node)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		total.Started += kc.Started
+		total.Completed += kc.Completed
+		total.Live += kc.Live
+		total.Expired += kc.Expired
+		total.ExpiredLive += kc.ExpiredLive
+		if kc.Oldest != nil && (total.Oldest == nil || kc.Oldest.CreatedAt.Before(total.Oldest.CreatedAt)) {
+			total.Oldest = kc.Oldest
+		}
+		if kc.Now.After(total.Now) {
+			total.Now = kc.Now
+		}
+		return nil
+	}
+	var err error
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return count(ctx, n) })
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return count(ctx, n) })
+	default:
+		err = count(ctx, s.client)
+	}
+	if err != nil {
+		return nil, classify(ctx, "count keys", err)
+	}
+	return total, nil
+}
+
+// countNode counts the store's keys on one node.
+func (s *Store) countNode(ctx context.Context, node redis.Cmdable) (*storage.KeyCounts, error) {
+	t, err := node.Time(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	kc := &storage.KeyCounts{Now: t}
+	match := globEscape(s.prefix) + "{*}"
+	var cursor uint64
+	for {
+		names, next, err := node.Scan(ctx, cursor, match, countBatch).Result()
+		if err != nil {
+			return nil, err
+		}
+		if err := s.countBatch(ctx, node, names, kc); err != nil {
+			return nil, err
+		}
+		if cursor = next; cursor == 0 {
+			return kc, nil
+		}
+	}
+}
+
+// countBatch reads the keys names (SCAN's, so a key may come twice across batches, and
+// one that expired meanwhile comes back empty) and adds them to kc.
+func (s *Store) countBatch(ctx context.Context, node redis.Cmdable, names []string, kc *storage.KeyCounts) error {
+	if len(names) == 0 {
+		return nil
+	}
+	pipe := node.Pipeline()
+	cmds := make([]*redis.SliceCmd, 0, len(names))
+	for _, name := range names {
+		if len(name) != len(s.prefix)+2+64 { // prefix{hex SHA-256}: see Key
+			continue
+		}
+		cmds = append(cmds, pipe.HMGet(ctx, name, "st", "lu", "ca", "s", "k"))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return err
+	}
+	for _, cmd := range cmds {
+		f := cmd.Val()
+		st := storage.State(str(f[0]))
+		if st == "" {
+			continue // expired or deleted since SCAN saw it
+		}
+		lu, _ := strconv.ParseInt(str(f[1]), 10, 64)
+		ca, err := micros(f[2])
+		if err != nil {
+			return err
+		}
+		live := st == storage.StateStarted && time.UnixMicro(lu).After(kc.Now)
+		switch st {
+		case storage.StateStarted:
+			kc.Started++
+			if live {
+				kc.Live++
+			}
+		case storage.StateCompleted:
+			kc.Completed++
+		}
+		if kc.Now.Sub(ca) > s.retention {
+			kc.Expired++
+			if live {
+				kc.ExpiredLive++
+			}
+		}
+		if kc.Oldest == nil || ca.Before(kc.Oldest.CreatedAt) {
+			kc.Oldest = &storage.Record{Scope: str(f[3]), Key: str(f[4]), State: st, CreatedAt: ca}
+		}
+	}
+	return nil
+}
+
+// globEscape escapes the characters SCAN's MATCH pattern gives a meaning to.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
