@@ -26,11 +26,10 @@ import (
 // (plus sorting each object's keys) however deeply out-of-order objects nest. The state
 // is pooled with the fingerprint's, so a steady-state call allocates nothing.
 
-// maxJSONDepth is the deepest nesting of arrays and objects accepted.
-const maxJSONDepth = 1000
-
-// maxPooledScratch keeps the scratch state of one huge document from staying in the pool.
-const maxPooledScratch = 64 << 10
+const (
+	maxJSONDepth     = 1000     // the deepest nesting of arrays and objects accepted
+	maxPooledScratch = 64 << 10 // scratch state grown past this by a huge document is not pooled
+)
 
 // errJSONTooDeep is returned for a document nested deeper than maxJSONDepth.
 var errJSONTooDeep = errors.New("idem: canonical JSON: nested deeper than 1000 levels")
@@ -95,8 +94,7 @@ func (s *canonScratch) canonicalise(dst, src []byte) ([]byte, error) {
 // poolable reports whether s is small enough to be kept for reuse: one huge document
 // may have grown it.
 func (s *canonScratch) poolable() bool {
-	return cap(s.text) <= maxPooledScratch &&
-		cap(s.nodes) <= maxPooledScratch/16 && cap(s.keys) <= maxPooledScratch/16
+	return cap(s.text) <= maxPooledScratch && cap(s.nodes)+cap(s.keys) <= maxPooledScratch/8
 }
 
 func (s *canonScratch) fail(msg string) error { return &jsonError{msg: msg, off: s.pos} }
@@ -181,16 +179,18 @@ func (s *canonScratch) sortKeys(at int) error {
 	for k := at + 1; k < len(s.nodes); k = s.nodes[k+1].next {
 		s.keys = append(s.keys, k)
 	}
-	keys, text := s.keys[lo:], func(k int) []byte { return s.text[s.nodes[k].lo:s.nodes[k].hi] }
-	slices.SortFunc(keys, func(a, b int) int { return compareKeys(text(a), text(b)) })
+	keys := s.keys[lo:]
+	slices.SortFunc(keys, func(a, b int) int { return compareKeys(s.textOf(a), s.textOf(b)) })
 	for j := 1; j < len(keys); j++ {
-		if bytes.Equal(text(keys[j-1]), text(keys[j])) {
+		if bytes.Equal(s.textOf(keys[j-1]), s.textOf(keys[j])) {
 			return &jsonError{msg: "duplicate object key in the object closed", off: s.pos - 1}
 		}
 	}
 	s.nodes[at].lo, s.nodes[at].hi = lo, len(s.keys)
 	return nil
 }
+
+func (s *canonScratch) textOf(node int) []byte { return s.text[s.nodes[node].lo:s.nodes[node].hi] }
 
 // compareKeys orders two decoded keys by their UTF-16 code units, as RFC 8785 §3.2.3
 // sorts members. UTF-8's byte order is code point order, which is UTF-16's but for one
