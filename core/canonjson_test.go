@@ -376,9 +376,9 @@ func TestCanonicalJSONDepth(t *testing.T) {
 	}
 }
 
-// TestCanonicalJSONStringBytesAtEveryOffset puts each byte that ends the 8-byte fast scan
-// of a string at every offset of a long string, so each is seen both by the word-at-a-time
-// check and by the byte loop.
+// TestCanonicalJSONStringBytesAtEveryOffset puts each byte that ends a run of plain bytes
+// in a string (a control character, an escape, non-ASCII, invalid UTF-8) at every offset
+// of a string, with runs of every length after it.
 func TestCanonicalJSONStringBytesAtEveryOffset(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -896,7 +896,7 @@ func nestedBenchDoc() []byte {
 }
 
 // TestCanonicalJSONBenchDocs keeps the benchmark documents the sizes their names say and
-// checks that both implementations agree on them, so the benchmark compares like with like.
+// checks that we and jcs agree on them, so the benchmark compares like with like.
 func TestCanonicalJSONBenchDocs(t *testing.T) {
 	t.Parallel()
 	for name, size := range map[string]int{"200B": 200, "200B-sorted": 200, "4KiB": 4096, "230B-nested": 230} {
