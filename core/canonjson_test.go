@@ -2,18 +2,20 @@ package core
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // canonCase is one input of the table: want is its canonical form, or "" when the input
@@ -219,23 +221,28 @@ var canonCases = []canonCase{
 	{"literal then string", `[true"x"]`, ``},
 }
 
-func TestAppendCanonicalJSONCases(t *testing.T) {
+// canonicalJSON canonicalises src with a scratch of its own.
+func canonicalJSON(dst, src []byte) ([]byte, error) {
+	return new(canonScratch).canonicalise(dst, src)
+}
+
+func TestCanonicalJSONCases(t *testing.T) {
 	t.Parallel()
 	for _, tc := range canonCases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := appendCanonicalJSON(nil, []byte(tc.in))
+			got, err := canonicalJSON(nil, []byte(tc.in))
 			if tc.want == "" {
 				if err == nil {
-					t.Fatalf("appendCanonicalJSON(%q) = %q, want an error", tc.in, got)
+					t.Fatalf("canonicalJSON(%q) = %q, want an error", tc.in, got)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("appendCanonicalJSON(%q): %v", tc.in, err)
+				t.Fatalf("canonicalJSON(%q): %v", tc.in, err)
 			}
 			if string(got) != tc.want {
-				t.Fatalf("appendCanonicalJSON(%q)\n got %q\nwant %q", tc.in, got, tc.want)
+				t.Fatalf("canonicalJSON(%q)\n got %q\nwant %q", tc.in, got, tc.want)
 			}
 		})
 	}
@@ -258,28 +265,28 @@ func TestCanonicalJSONCasesAgreeWithJCS(t *testing.T) {
 	}
 }
 
-func TestAppendCanonicalJSONAppends(t *testing.T) {
+func TestCanonicalJSONAppends(t *testing.T) {
 	t.Parallel()
 	for _, in := range []string{`{"b":[1,{"d":0,"c":1}],"a":true}`, `{"a":1,"b":2}`, `"x"`} {
-		want, err := appendCanonicalJSON(nil, []byte(in))
+		want, err := canonicalJSON(nil, []byte(in))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, prefix := range []string{"", "prefix:", strings.Repeat("p", 100)} {
 			dst := make([]byte, len(prefix), len(prefix)+3) // too small: it must grow
 			copy(dst, prefix)
-			got, err := appendCanonicalJSON(dst, []byte(in))
+			got, err := canonicalJSON(dst, []byte(in))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if string(got) != prefix+string(want) {
-				t.Errorf("appendCanonicalJSON(%q, %q) = %q, want %q", prefix, in, got, prefix+string(want))
+				t.Errorf("canonicalJSON(%q, %q) = %q, want %q", prefix, in, got, prefix+string(want))
 			}
 		}
 	}
 
 	dst := []byte("keep")
-	got, err := appendCanonicalJSON(dst, []byte(`{"b":1,"a":2,"b":3}`))
+	got, err := canonicalJSON(dst, []byte(`{"b":1,"a":2,"b":3}`))
 	if err == nil {
 		t.Fatal("duplicate key accepted")
 	}
@@ -288,44 +295,44 @@ func TestAppendCanonicalJSONAppends(t *testing.T) {
 	}
 }
 
-func TestWriteCanonicalJSON(t *testing.T) {
+// TestCanonicalJSONErrors: a rejected document gets a *jsonError that says what is wrong
+// and where, and quotes nothing of the document, which is a client's request body.
+func TestCanonicalJSONErrors(t *testing.T) {
 	t.Parallel()
-	for _, tc := range canonCases {
-		var buf bytes.Buffer
-		buf.WriteString("head:")
-		err := writeCanonicalJSON(&buf, []byte(tc.in))
-		switch {
-		case tc.want == "" && (err == nil || buf.String() != "head:"):
-			t.Errorf("%s: writeCanonicalJSON(%q) wrote %q, %v; want nothing and an error", tc.name, tc.in, buf.String(), err)
-		case tc.want != "" && (err != nil || buf.String() != "head:"+tc.want):
-			t.Errorf("%s: writeCanonicalJSON(%q) wrote %q, %v; want %q", tc.name, tc.in, buf.String(), err, "head:"+tc.want)
-		}
-	}
-	werr := errors.New("disk full")
-	if err := writeCanonicalJSON(failingWriter{werr}, []byte(`{"a":1}`)); !errors.Is(err, werr) {
-		t.Errorf("writer error: got %v, want %v", err, werr)
+	for _, c := range []struct {
+		in, msg string
+		off     int
+	}{
+		{`{"secret":1,"secret":2}`, "duplicate object key", 22},
+		{`{"b":{"secret":1,"z":0,"\u0073ecret":2},"a":0}`, "duplicate object key", 38},
+		{`[1,2`, "expected ',' or the end", 4},
+		{`{"secret":1 "b":2}`, "expected ',' or the end", 12},
+		{`{"secret" 1}`, "expected ':'", 10},
+		{`{secret:1}`, "expected a string key", 1},
+		{`{"secret":1}x`, "data after the JSON value", 12},
+		{"\"secret\xff\"", "invalid UTF-8", 7},
+		{`"secret\ud800"`, "invalid escape", 7},
+		{`"secret\q"`, "invalid escape", 7},
+		{"\"secret\n\"", "control character", 7},
+		{`"secret`, "unterminated string", 7},
+		{`[secret]`, "invalid value", 1},
+		{`[1.]`, "invalid number", 3},
+		{`[1e+]`, "invalid number", 4},
+		{`[1e999]`, "number out of range", 1},
+		{`[nul]`, "invalid literal", 1},
+		{``, "invalid value", 0},
+	} {
+		_, err := canonicalJSON(nil, []byte(c.in))
+		var je *jsonError
+		require.ErrorAs(t, err, &je, "%q", c.in)
+		assert.Contains(t, err.Error(), c.msg, "%q", c.in)
+		assert.Equal(t, c.off, je.off, "%q: %v", c.in, err)
+		assert.True(t, strings.HasPrefix(err.Error(), "idem: canonical JSON: "), "%v", err)
+		assert.NotContains(t, err.Error(), "secret", "the error quotes the document")
 	}
 }
 
-type failingWriter struct{ err error }
-
-func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }
-
-func TestAppendCanonicalJSONErrors(t *testing.T) {
-	t.Parallel()
-	_, err := appendCanonicalJSON(nil, []byte(`{"a":1,"a":2}`))
-	var je *jsonError
-	if !errors.As(err, &je) || !strings.Contains(err.Error(), "duplicate") || !strings.HasPrefix(err.Error(), "idem: ") {
-		t.Errorf("duplicate key: error %v", err)
-	}
-	// The document is a client's body: no part of it may reach the error text.
-	_, err = appendCanonicalJSON(nil, []byte(`{"secret-token-value":1,"secret-token-value":2}`))
-	if err == nil || strings.Contains(err.Error(), "secret") {
-		t.Errorf("error %v quotes the document", err)
-	}
-}
-
-func TestAppendCanonicalJSONDepth(t *testing.T) {
+func TestCanonicalJSONDepth(t *testing.T) {
 	t.Parallel()
 	nest := func(n int, open, close string) string {
 		return strings.Repeat(open, n) + strings.Repeat(close, n)
@@ -348,7 +355,7 @@ func TestAppendCanonicalJSONDepth(t *testing.T) {
 		{"999 objects and an empty array", objects(999, "[]"), true},
 		{"1000 objects and an empty array", objects(1000, "[]"), false},
 	} {
-		got, err := appendCanonicalJSON(nil, []byte(c.in))
+		got, err := canonicalJSON(nil, []byte(c.in))
 		if !c.ok {
 			if !errors.Is(err, errJSONTooDeep) {
 				t.Errorf("%s: err = %v, want errJSONTooDeep", c.name, err)
@@ -369,9 +376,9 @@ func TestAppendCanonicalJSONDepth(t *testing.T) {
 	}
 }
 
-// TestCanonicalJSONStringBytesAtEveryOffset puts each byte that ends the 8-byte fast scan
-// of a string at every offset of a long string, so each is seen both by the word-at-a-time
-// check and by the byte loop.
+// TestCanonicalJSONStringBytesAtEveryOffset puts each byte that ends a run of plain bytes
+// in a string (a control character, an escape, non-ASCII, invalid UTF-8) at every offset
+// of a string, with runs of every length after it.
 func TestCanonicalJSONStringBytesAtEveryOffset(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -394,7 +401,7 @@ func TestCanonicalJSONStringBytesAtEveryOffset(t *testing.T) {
 			for _, tail := range []int{0, 1, 7, 8, 9, 20} {
 				head, rest := strings.Repeat("a", off), strings.Repeat("z", tail)
 				in := `"` + head + c.insert + rest + `"`
-				got, err := appendCanonicalJSON(nil, []byte(in))
+				got, err := canonicalJSON(nil, []byte(in))
 				if c.want == "" {
 					if err == nil {
 						t.Errorf("%s at %d: accepted %q", c.name, off, in)
@@ -409,7 +416,7 @@ func TestCanonicalJSONStringBytesAtEveryOffset(t *testing.T) {
 		// Unterminated: the string runs to the end of the input.
 		for off := range 20 {
 			in := `"` + strings.Repeat("a", off)
-			if _, err := appendCanonicalJSON(nil, []byte(in)); err == nil {
+			if _, err := canonicalJSON(nil, []byte(in)); err == nil {
 				t.Errorf("accepted unterminated %q", in)
 			}
 		}
@@ -454,9 +461,9 @@ func TestCanonicalJSONNumbers(t *testing.T) {
 			t.Errorf("appendESNumber(%#016x) = %s, want %s", c.bits, got, c.want)
 		}
 		for _, in := range []string{strconv.FormatFloat(f, 'g', -1, 64), strconv.FormatFloat(f, 'e', 20, 64)} {
-			got, err := appendCanonicalJSON(nil, []byte("["+in+"]"))
+			got, err := canonicalJSON(nil, []byte("["+in+"]"))
 			if err != nil || string(got) != "["+c.want+"]" {
-				t.Errorf("appendCanonicalJSON([%s]) = %s, %v; want [%s]", in, got, err, c.want)
+				t.Errorf("canonicalJSON([%s]) = %s, %v; want [%s]", in, got, err, c.want)
 			}
 		}
 	}
@@ -491,70 +498,37 @@ func TestCanonicalJSONNumbersAgreeWithJCS(t *testing.T) {
 	}
 }
 
-// TestCompareKeys checks the member order on decoded keys against a direct comparison
-// of their UTF-16 code units.
-func TestCompareKeys(t *testing.T) {
+// TestCanonicalJSONKeyOrderAgreesWithJCS puts random pairs of keys, drawn from
+// characters on both sides of every boundary of the UTF-16 order, in one object in both
+// orders: both must come out as jcs writes them.
+func TestCanonicalJSONKeyOrderAgreesWithJCS(t *testing.T) {
 	t.Parallel()
 	alphabet := []rune{0, 1, '\b', '\t', '\n', 0x1f, ' ', '!', '"', '#', 'A', 'Z', '\\', ']', 'a', 0x7f, 0x80, 0xe9, 0x7ff, 0x800,
 		0xd7ff, 0xe000, 0xfb33, 0xfffd, 0xffff, 0x10000, 0x1f600, 0x10ffff}
 	r := rand.New(rand.NewPCG(3, 4))
-	key := func() string {
+	key := func() []byte {
 		rs := make([]rune, r.IntN(4))
 		for i := range rs {
 			rs[i] = alphabet[r.IntN(len(alphabet))]
 		}
-		return string(rs)
+		j, err := json.Marshal(string(rs))
+		require.NoError(t, err)
+		return j
 	}
-	canonical := func(s string) []byte {
-		j, err := json.Marshal(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := appendCanonicalJSON(nil, j)
-		if err != nil {
-			t.Fatalf("canonical %q: %v", s, err)
-		}
-		return b[1 : len(b)-1]
-	}
-	sign := func(n int) int {
-		switch {
-		case n < 0:
-			return -1
-		case n > 0:
-			return 1
-		}
-		return 0
-	}
+	s := new(canonScratch)
 	for range 20000 {
 		a, b := key(), key()
-		want := sign(compareUTF16(a, b))
-		if got := sign(compareKeys(canonical(a), canonical(b))); got != want {
-			t.Fatalf("compareKeys(%q, %q) = %d, want %d", a, b, got, want)
-		}
-	}
-}
-
-func compareUTF16(a, b string) int {
-	ua, ub := utf16Units(a), utf16Units(b)
-	for i := 0; i < len(ua) && i < len(ub); i++ {
-		if ua[i] != ub[i] {
-			return int(ua[i]) - int(ub[i])
-		}
-	}
-	return len(ua) - len(ub)
-}
-
-func utf16Units(s string) []uint16 {
-	var u []uint16
-	for _, r := range s {
-		if r >= 0x10000 {
-			r -= 0x10000
-			u = append(u, uint16(0xd800+r>>10), uint16(0xdc00+r&0x3ff))
+		if bytes.Equal(a, b) {
 			continue
 		}
-		u = append(u, uint16(r))
+		for _, doc := range []string{fmt.Sprintf(`{%s:1,%s:2}`, a, b), fmt.Sprintf(`{%s:2,%s:1}`, b, a)} {
+			want, err := jcs.Transform([]byte(doc))
+			require.NoError(t, err, doc)
+			got, err := s.canonicalise(nil, []byte(doc))
+			require.NoError(t, err, doc)
+			require.Equal(t, string(want), string(got), doc)
+		}
 	}
-	return u
 }
 
 // TestCanonicalJSONRandomDocuments writes random documents twice, with members in
@@ -563,15 +537,16 @@ func utf16Units(s string) []uint16 {
 func TestCanonicalJSONRandomDocuments(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(5, 6))
+	s := new(canonScratch) // reused, as the pool reuses it
 	for i := range 3000 {
 		v := randomValue(r, 0)
 		a := writeRandom(nil, r, v)
 		b := writeRandom(nil, r, v)
-		ca, err := appendCanonicalJSON(nil, a)
+		ca, err := s.canonicalise(nil, a)
 		if err != nil {
 			t.Fatalf("doc %d %q: %v", i, a, err)
 		}
-		cb, err := appendCanonicalJSON(nil, b)
+		cb, err := s.canonicalise(nil, b)
 		if err != nil {
 			t.Fatalf("doc %d %q: %v", i, b, err)
 		}
@@ -585,6 +560,138 @@ func TestCanonicalJSONRandomDocuments(t *testing.T) {
 		if !bytes.Equal(ca, want) {
 			t.Fatalf("doc %d %q:\n got %q\njcs  %q", i, a, ca, want)
 		}
+		// Cut short and corrupted, so that rejections are compared too.
+		agreeWithJCS(t, s, a[:r.IntN(len(a))])
+		bad := bytes.Clone(a)
+		const junk = "\"\\{}[],:0e-\x00\xff"
+		bad[r.IntN(len(bad))] = junk[r.IntN(len(junk))]
+		agreeWithJCS(t, s, bad)
+	}
+}
+
+// agreeWithJCS fails t unless s canonicalises src as jcs.Transform, the reference
+// implementation, does:
+//   - whatever jcs accepts and encoding/json finds valid, we accept with byte-identical
+//     output, except documents nested deeper than our limit of 1000 (jcs allows 10000);
+//   - whatever jcs rejects, we reject: we never canonicalise a document the reference
+//     does not, so a request body is either canonical JSON for both or bytes for both;
+//   - what we accept is valid JSON, and our output canonicalises to itself, appended
+//     after a prefix; on error dst comes back as it was.
+func agreeWithJCS(t *testing.T, s *canonScratch, src []byte) {
+	t.Helper()
+	got, err := s.canonicalise(nil, src)
+	want, jerr := jcs.Transform(src)
+	if jerr != nil {
+		if err == nil {
+			t.Fatalf("accepted %q (giving %q), jcs rejects it: %v", src, got, jerr)
+		}
+		if dst, _ := s.canonicalise([]byte("keep"), src); string(dst) != "keep" {
+			t.Fatalf("rejecting %q changed dst to %q", src, dst)
+		}
+		return
+	}
+	if err != nil {
+		if errors.Is(err, errJSONTooDeep) || !json.Valid(src) {
+			return
+		}
+		t.Fatalf("rejected %q (%v), jcs gives %q", src, err, want)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("canonical form of %q\n got %q\njcs  %q", src, got, want)
+	}
+	if !json.Valid(src) {
+		t.Fatalf("accepted %q, which encoding/json finds invalid", src)
+	}
+	again, err := s.canonicalise([]byte("prefix"), got)
+	if err != nil || string(again) != "prefix"+string(got) {
+		t.Fatalf("output %q does not canonicalise to itself: %q, %v", got, again, err)
+	}
+}
+
+// TestCanonicalJSONTrickyDocs holds documents aimed at the edges to jcs: keys equal but
+// for their spelling, keys that sort differently in UTF-8 and UTF-16, numbers not in
+// canonical form, strings ending at every offset, members out of order at every level
+// down to the depth limit, errors inside out-of-order objects.
+func TestCanonicalJSONTrickyDocs(t *testing.T) {
+	t.Parallel()
+	docs := []string{
+		`{"a\u0062":1,"ab":2}`,
+		`{"\u0061":1,"a":2}`,
+		`{"a\/b":1,"a/b":2}`,
+		`{"b":1,"\\":2,"\"":3,"a":4}`,
+		`{"abcdefg\\":1,"abcdefg\"":2,"abcdefg":3}`,
+		`{"\ud83d\ude00":1,"\ufb33":2,"\u00e9":3,"e":4}`,
+		`{"😀":1,"דּ":2,"é":3,"e":4}`,
+		`{"abcdefgh😀":1,"abcdefghדּ":2}`,
+		`{"\u0000":1,"":2,"\u0001":3}`,
+		`{"":1,"":2}`,
+		`{"z":1e2,"y":-0,"x":1.0,"w":0.1e1,"v":1E+2,"u":-0.0,"t":100e-2,"s":123456789012345678901234567890}`,
+		`{"b":[1e2,-0,1.0,1e21,1e-7,9007199254740993,-9007199254740993,5e-324,1.7976931348623157e308]}`,
+		`{"b":{"d":{"f":1,"e":2},"c":3},"a":{"h":[{"j":1,"i":2}],"g":4}}`,
+		`{"b":{"b":1,"a":2,"b":3},"a":1}`,
+		`{"b":{"a":1},"a":{"a":1},"b":2}`,
+		`[{"b":1,"a":2},{"d":3,"c":4},[{"f":5,"e":6}]]`,
+		` { "b" : 1 , "a" : [ { "d" : 2 , "c" : 3 } ] } `,
+		`{"b":"\u00e9\u20ac\ud83d\ude00\t\n\u001f\"\\\/","a":"x"}`,
+		`{"b":"\ud83d","a":1}`,
+		`{"b":"\ude00","a":1}`,
+		`{"b":1,"a":2`,
+		`{"b":1,"a":}`,
+		`{"b":1,}`,
+		`{"b":1,"a":2}x`,
+	}
+	for n := range 20 {
+		k := strings.Repeat("k", n)
+		docs = append(docs, `{"`+k+`":"`+k+`","`+k+`0":1,"`+k+`\n":2,"`+k+`é":3}`, `["`+k+`"]`, `"`+k+`\"`+k+`"`)
+	}
+	for _, depth := range []int{1, 2, 30, 999, 1000} {
+		docs = append(docs, strings.Repeat(`{"b":[0],"a":`, depth)+"1"+strings.Repeat(`,"c":[]}`, depth))
+		docs = append(docs, strings.Repeat(`{"b":0,"a":`, depth)+`{"d":"`+strings.Repeat("x", 500)+`","c":0}`+strings.Repeat("}", depth))
+	}
+	s := new(canonScratch)
+	for _, doc := range docs {
+		agreeWithJCS(t, s, []byte(doc))
+	}
+}
+
+// TestCanonicalJSONLargeDocuments covers documents larger than the pooled scratch keeps.
+func TestCanonicalJSONLargeDocuments(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	b.WriteString(`{"z":[`)
+	for i := 0; b.Len() < maxPooledScratch+4096; i++ {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"name":"item %d \u00e9\n","id":%d,"abcdefghij%d":true,"abcdefghi":1e2,"a":{"y":"%s","x":-0}}`,
+			i, i, i%7, strings.Repeat("v", i%23))
+	}
+	b.WriteString(`],"b":"` + strings.Repeat("w", 70000) + `","a":null}`)
+	doc := []byte(b.String())
+	s := new(canonScratch)
+	agreeWithJCS(t, s, doc)
+	require.False(t, s.poolable(), "a scratch grown by a large document is not kept")
+	agreeWithJCS(t, s, doc[:len(doc)-1])
+	agreeWithJCS(t, s, []byte(`"`+strings.Repeat("s", maxPooledScratch+13)+`"`))
+}
+
+// TestCanonicalJSONLargeNonJSONAllocatesNothing: a large body that is not JSON is
+// rejected at its first byte (the fingerprint then hashes it as bytes); only the error
+// is allocated. Not parallel: the allocation counters are the process's.
+func TestCanonicalJSONLargeNonJSONAllocatesNothing(t *testing.T) {
+	s := new(canonScratch)
+	body := bytes.Repeat([]byte{0x89, 'P', 'N', 'G'}, (1<<20)/4)
+	dst := make([]byte, 0, 64)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 20 {
+		if _, err := s.canonicalise(dst, body); err == nil {
+			t.Fatal("binary body accepted as JSON")
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
+		t.Errorf("rejecting a 1 MiB binary body 20 times allocated %d bytes", n)
 	}
 }
 
@@ -745,31 +852,10 @@ func TestCanonicalJSONZeroAllocs(t *testing.T) {
 		if allocs != 0 {
 			t.Errorf("%s: %v allocations per call, want 0", name, allocs)
 		}
-		h := sha256.New()
-		allocs = testing.AllocsPerRun(200, func() {
-			h.Reset()
-			err = s.write(h, doc)
-		})
-		if err != nil {
-			t.Fatalf("%s: write: %v", name, err)
-		}
-		if allocs != 0 {
-			t.Errorf("%s: %v allocations per write to a hash, want 0", name, allocs)
-		}
 	}
 }
 
-// FuzzCanonicalJSON compares appendCanonicalJSON with jcs.Transform, the reference
-// implementation:
-//   - whatever jcs accepts and encoding/json finds valid, we accept with byte-identical
-//     output, except documents nested deeper than our limit of 1000 (jcs allows 10000);
-//   - whatever jcs rejects, we reject: we never canonicalise a document the reference
-//     does not, so a request body is either canonical JSON for both or bytes for both;
-//   - what we accept is valid JSON, and our output is valid JSON that canonicalises to
-//     itself and appends after a prefix unchanged;
-//   - writeCanonicalJSON writes exactly what appendCanonicalJSON returns, or nothing;
-//   - the canonicaliser as it was before its fast paths (refAppendCanonicalJSON) gives
-//     the same bytes, or the same rejection.
+// FuzzCanonicalJSON holds the canonicaliser to jcs.Transform, as agreeWithJCS says.
 func FuzzCanonicalJSON(f *testing.F) {
 	for _, tc := range canonCases {
 		f.Add([]byte(tc.in))
@@ -778,37 +864,7 @@ func FuzzCanonicalJSON(f *testing.F) {
 		f.Add(doc)
 	}
 	f.Fuzz(func(t *testing.T, src []byte) {
-		got, err := appendCanonicalJSON(nil, src)
-		if ref, rerr := refAppendCanonicalJSON(nil, src); (rerr == nil) != (err == nil) || !bytes.Equal(ref, got) {
-			t.Fatalf("canonical form of %q: %q, %v; the reference (before issue 15) gives %q, %v", src, got, err, ref, rerr)
-		}
-		var written bytes.Buffer
-		if werr := writeCanonicalJSON(&written, src); (werr == nil) != (err == nil) || !bytes.Equal(written.Bytes(), got) {
-			t.Fatalf("writeCanonicalJSON(%q) wrote %q, %v; appendCanonicalJSON gives %q, %v", src, written.Bytes(), werr, got, err)
-		}
-		want, jerr := jcs.Transform(src)
-		if jerr != nil {
-			if err == nil {
-				t.Fatalf("accepted %q (giving %q), jcs rejects it: %v", src, got, jerr)
-			}
-			return
-		}
-		if err != nil {
-			if errors.Is(err, errJSONTooDeep) || !json.Valid(src) {
-				return
-			}
-			t.Fatalf("rejected %q (%v), jcs gives %q", src, err, want)
-		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("canonical form of %q\n got %q\njcs  %q", src, got, want)
-		}
-		if !json.Valid(src) {
-			t.Fatalf("accepted %q, which encoding/json finds invalid", src)
-		}
-		again, err := appendCanonicalJSON([]byte("prefix"), got)
-		if err != nil || string(again) != "prefix"+string(got) {
-			t.Fatalf("output %q does not canonicalise to itself: %q, %v", got, again, err)
-		}
+		agreeWithJCS(t, new(canonScratch), src)
 	})
 }
 
@@ -840,7 +896,7 @@ func nestedBenchDoc() []byte {
 }
 
 // TestCanonicalJSONBenchDocs keeps the benchmark documents the sizes their names say and
-// checks that both implementations agree on them, so the benchmark compares like with like.
+// checks that we and jcs agree on them, so the benchmark compares like with like.
 func TestCanonicalJSONBenchDocs(t *testing.T) {
 	t.Parallel()
 	for name, size := range map[string]int{"200B": 200, "200B-sorted": 200, "4KiB": 4096, "230B-nested": 230} {
@@ -848,7 +904,7 @@ func TestCanonicalJSONBenchDocs(t *testing.T) {
 		if len(doc) < size*9/10 || len(doc) > size*11/10 {
 			t.Errorf("%s is %d bytes, want about %d", name, len(doc), size)
 		}
-		got, err := appendCanonicalJSON(nil, doc)
+		got, err := canonicalJSON(nil, doc)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -868,21 +924,11 @@ func BenchmarkCanonicalJSON(b *testing.B) {
 		b.Run("ours/"+name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(doc)))
+			s := new(canonScratch)
 			dst := make([]byte, 0, 2*len(doc))
 			for b.Loop() {
 				var err error
-				if dst, err = appendCanonicalJSON(dst[:0], doc); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-		b.Run("ours-sha256/"+name, func(b *testing.B) {
-			b.ReportAllocs()
-			b.SetBytes(int64(len(doc)))
-			h := sha256.New()
-			for b.Loop() {
-				h.Reset()
-				if err := writeCanonicalJSON(h, doc); err != nil {
+				if dst, err = s.canonicalise(dst[:0], doc); err != nil {
 					b.Fatal(err)
 				}
 			}
