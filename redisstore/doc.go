@@ -3,7 +3,7 @@
 // API, another service), or an application with no SQL database at all.
 //
 //	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
-//	store := redisstore.New(client) // options: WithPrefix, WithRetention
+//	store := redisstore.New(client) // options: WithPrefix, WithRetention, WithReplicaAcks
 //
 //	eng, err := core.New(core.Config{Store: store, Mode: core.ModePhased})
 //	if err != nil { ... }
@@ -113,7 +113,11 @@
 //     every key, so retries run again. Use appendonly yes; appendfsync everysec may lose
 //     the last second of claims on a crash of the host.
 //   - Replication: a replica promoted by Sentinel or Cluster may not have the last writes
-//     of its primary (replication is asynchronous), with the same effect for those keys.
+//     of its primary (replication is asynchronous), with the same effect for those keys:
+//     a completion acknowledged a moment before the failover can be gone, and its retry
+//     runs the handler again. WithReplicaAcks makes completions and phases wait for
+//     replicas (WAIT on the key's own master) and answers 503 not-recorded when they do
+//     not acknowledge in time, so no client holds a response a failover can take back.
 //   - Eviction: use maxmemory-policy noeviction. Under allkeys-* or volatile-* policies
 //     Redis may evict a key before its retention, and its retry runs again.
 package redisstore

@@ -15,10 +15,16 @@ import (
 // topology that the store asks for.
 const reloadEvery = 250 * time.Millisecond
 
-// run runs script on key and returns its reply. An error that means a node is gone
-// makes the store refresh the client's view of the cluster (noticeFailure).
+// run runs script on key and returns its reply. With acked and WithReplicaAcks, it then
+// waits for the replicas (runAcked). An error that means a node is gone makes the store
+// refresh the client's view of the cluster (noticeFailure).
 func (s *Store) run(ctx context.Context, script *redis.Script, key string, acked bool, args ...any) *redis.Cmd {
-	cmd := script.Run(ctx, s.client, []string{key}, args...)
+	var cmd *redis.Cmd
+	if acked && s.acks > 0 {
+		cmd = s.runAcked(ctx, script, key, args)
+	} else {
+		cmd = script.Run(ctx, s.client, []string{key}, args...)
+	}
 	if err := cmd.Err(); err != nil {
 		s.noticeFailure(err)
 	}

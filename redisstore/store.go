@@ -36,7 +36,9 @@ type Store struct {
 	client     redis.UniversalClient
 	prefix     string
 	retention  time.Duration
-	lastReload atomic.Int64 // when the store last asked a cluster client to reload (Unix ns)
+	acks       int           // WithReplicaAcks: replicas a completion or phase waits for; 0: none
+	ackTimeout time.Duration // how long it waits for them
+	lastReload atomic.Int64  // when the store last asked a cluster client to reload (Unix ns)
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -68,7 +70,7 @@ func WithRetention(d time.Duration) Option {
 
 // New returns a Store keeping its keys in Redis through client: a *redis.Client (one
 // node), a failover client (Sentinel) or a *redis.ClusterClient. It panics if client is
-// nil.
+// nil, or if WithReplicaAcks is given with another kind of client.
 //
 // The client's settings decide how long a Redis that is down or paused can hold a
 // request: set ContextTimeoutEnabled so the claim's timeout (core.Config.StoreTimeout)
@@ -90,6 +92,13 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 			panic("redisstore: New: nil Option")
 		}
 		o(s)
+	}
+	if s.acks > 0 {
+		switch client.(type) {
+		case *redis.Client, *redis.ClusterClient:
+		default:
+			panic(fmt.Sprintf("redisstore: New: WithReplicaAcks needs a *redis.Client (one server or Sentinel) or a *redis.ClusterClient, not %T", client))
+		}
 	}
 	return s
 }

@@ -193,6 +193,28 @@ func (c *Cluster) Masters(ctx context.Context) ([]*Server, error) {
 	return nil, fmt.Errorf("redistopo: no running node answered CLUSTER NODES: %w", cmpOr(firstErr, errors.New("none runs")))
 }
 
+// ReplicaOf returns the replica of master m, as m sees it.
+func (c *Cluster) ReplicaOf(ctx context.Context, m *Server) (*Server, error) {
+	view, err := nodesView(ctx, m)
+	if err != nil {
+		return nil, fmt.Errorf("redistopo: CLUSTER NODES on %s: %w", m.Addr, err)
+	}
+	var id string
+	for _, n := range view {
+		if strings.Contains(n.flags, "myself") {
+			id = n.id
+		}
+	}
+	for _, n := range view {
+		if n.master == id {
+			if r := c.byAddr(n.addr); r != nil {
+				return r, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("redistopo: %s has no replica", m.Addr)
+}
+
 // MasterOf returns the node that serves key's hash slot as master, as a running node
 // sees it.
 func (c *Cluster) MasterOf(ctx context.Context, key string) (*Server, error) {
