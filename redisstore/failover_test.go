@@ -42,9 +42,9 @@ const (
 type deployment struct {
 	name   string
 	client redis.UniversalClient // with the options a user writes first
-	// kill SIGKILLs a master and reports which Redis keys it served, when the signal was
-	// sent and when the process had exited.
-	kill func(t *testing.T) (served func(redisKey string) bool, sent, exited time.Time)
+	// victim picks the master to kill: which Redis keys it serves, and a function that
+	// SIGKILLs it and reports when the signal was sent and when the process had exited.
+	victim func(t *testing.T) (served func(redisKey string) bool, kill func(t *testing.T) (sent, exited time.Time))
 	// heal waits for the failover, restarts the killed node as a replica and waits until
 	// the topology is healthy again.
 	heal func(ctx context.Context) error
@@ -56,13 +56,11 @@ func newClusterDeployment(t *testing.T) deployment {
 	c := redistopo.NewCluster(t)
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
 	t.Cleanup(func() { _ = client.Close() })
-	return deployment{name: "cluster", client: client, heal: c.Heal, kill: func(t *testing.T) (func(string) bool, time.Time, time.Time) {
+	return deployment{name: "cluster", client: client, heal: c.Heal, victim: func(t *testing.T) (func(string) bool, func(*testing.T) (time.Time, time.Time)) {
 		slots, err := c.SlotMap(t.Context())
 		require.NoError(t, err)
 		victim := slots[0]
-		sent := time.Now()
-		require.NoError(t, victim.Kill())
-		return func(k string) bool { return slots.Of(k) == victim }, sent, time.Now()
+		return func(k string) bool { return slots.Of(k) == victim }, killer(victim)
 	}}
 }
 
@@ -72,13 +70,21 @@ func newSentinelDeployment(t *testing.T) deployment {
 	s := redistopo.NewSentinel(t)
 	client := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistopo.MasterName, SentinelAddrs: s.SentinelAddrs()})
 	t.Cleanup(func() { _ = client.Close() })
-	return deployment{name: "sentinel", client: client, heal: s.Heal, kill: func(t *testing.T) (func(string) bool, time.Time, time.Time) {
+	return deployment{name: "sentinel", client: client, heal: s.Heal, victim: func(t *testing.T) (func(string) bool, func(*testing.T) (time.Time, time.Time)) {
 		m, err := s.Master(t.Context())
 		require.NoError(t, err)
-		sent := time.Now()
-		require.NoError(t, m.Kill())
-		return func(string) bool { return true }, sent, time.Now()
+		return func(string) bool { return true }, killer(m)
 	}}
+}
+
+// killer returns a function that SIGKILLs s and reports when the signal was sent and
+// when the process had exited.
+func killer(s *redistopo.Server) func(t *testing.T) (time.Time, time.Time) {
+	return func(t *testing.T) (time.Time, time.Time) {
+		sent := time.Now()
+		require.NoError(t, s.Kill())
+		return sent, time.Now()
+	}
 }
 
 // deployments start a topology of the test's own, by name.
@@ -187,8 +193,8 @@ type sent struct {
 	err        error
 }
 
-// load sends payments with fresh keys from failoverClients clients until stopped, and
-// records every answer.
+// load sends payments with fresh keys from several clients until stopped, and records
+// every answer.
 type load struct {
 	base, tag string
 	store     *redisstore.Store // names each key's Redis key
@@ -198,9 +204,11 @@ type load struct {
 	wg        sync.WaitGroup
 }
 
-func startLoad(ctx context.Context, base, tag string, store *redisstore.Store) *load {
+// startLoad starts clients sending payments to base, with keys named after tag; only,
+// when not nil, picks the keys by their Redis key.
+func startLoad(ctx context.Context, base, tag string, store *redisstore.Store, clients int, only func(redisKey string) bool) *load {
 	l := &load{base: base, tag: tag, store: store, stop: make(chan struct{})}
-	for w := range failoverClients {
+	for w := range clients {
 		l.wg.Go(func() {
 			for i := 0; ; i++ {
 				select {
@@ -210,6 +218,9 @@ func startLoad(ctx context.Context, base, tag string, store *redisstore.Store) *
 				}
 				key := fmt.Sprintf("%s-%d-%d", tag, w, i)
 				s := &sent{key: key, redisKey: store.Key("acct", key), start: time.Now()}
+				if only != nil && !only(s.redisKey) {
+					continue
+				}
 				r, err := post(ctx, base, "acct", key, `{"amount":100}`)
 				s.end, s.err = time.Now(), err
 				if r != nil {
@@ -280,9 +291,10 @@ func failoverWithoutOutage(t *testing.T, d deployment) {
 	var errs errorsByKey
 	store := redisstore.New(d.client, redisstore.WithPrefix(newPrefix(t)))
 	srv := serve(t, store, core.Config{Lease: failoverLease, Hooks: errs.hooks()}, chargeApp(prov, &runs, &errs))
-	l := startLoad(t.Context(), srv.URL, "k", store)
+	served, kill := d.victim(t)
+	l := startLoad(t.Context(), srv.URL, "k", store, failoverClients, nil)
 	l.awaitSuccesses(t, 100)
-	served, killed, dead := d.kill(t)
+	killed, dead := kill(t)
 	for time.Since(killed) < recoveryBound+heldFor {
 		time.Sleep(100 * time.Millisecond) // the load runs on; time is what this test measures
 	}
