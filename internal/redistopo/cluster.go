@@ -33,24 +33,35 @@ repl-diskless-sync yes
 repl-diskless-sync-delay 0
 `
 
-// Cluster is a running Redis Cluster of three masters, each with one replica.
+// Cluster is a running Redis Cluster of masters, each with one replica (three masters
+// unless started with StartClusterOf).
 type Cluster struct {
-	// Nodes are the cluster's nodes: at the start Nodes[i] (i < 3) is a master and
-	// Nodes[i+3] its replica; a failover swaps the roles (Masters tells them).
-	Nodes []*Server
-	root  string
-	once  sync.Once
-	err   error
+	// Nodes are the cluster's nodes: at the start Nodes[i] (i < the number of masters)
+	// is a master and Nodes[i+masters] its replica; a failover swaps the roles (Masters
+	// tells them).
+	Nodes   []*Server
+	masters int
+	root    string
+	once    sync.Once
+	err     error
 }
 
-// StartCluster starts a cluster in a new temporary directory and waits until it is
-// healthy (Cluster.WaitHealthy). On failure it stops what it started.
-func StartCluster(ctx context.Context) (*Cluster, error) {
+// StartCluster starts a cluster of three masters, each with a replica, in a new
+// temporary directory and waits until it is healthy (Cluster.WaitHealthy). On failure
+// it stops what it started.
+func StartCluster(ctx context.Context) (*Cluster, error) { return StartClusterOf(ctx, 3) }
+
+// StartClusterOf starts a cluster of masters masters, each with a replica, the slots
+// split evenly between the masters, as StartCluster does.
+func StartClusterOf(ctx context.Context, masters int) (*Cluster, error) {
+	if masters < 1 {
+		return nil, fmt.Errorf("redistopo: a cluster of %d masters", masters)
+	}
 	root, err := os.MkdirTemp("", "idem-redis-cluster-")
 	if err != nil {
 		return nil, fmt.Errorf("redistopo: %w", err)
 	}
-	c := &Cluster{root: root}
+	c := &Cluster{root: root, masters: masters}
 	if err := c.start(ctx); err != nil {
 		return nil, errors.Join(err, c.Stop())
 	}
@@ -58,7 +69,8 @@ func StartCluster(ctx context.Context) (*Cluster, error) {
 }
 
 func (c *Cluster) start(ctx context.Context) error {
-	for i := range 6 {
+	m := c.masters
+	for i := range 2 * m {
 		s, err := newServer(c.root, "node"+strconv.Itoa(i), clusterConf, true)
 		if err != nil {
 			return err
@@ -82,8 +94,8 @@ func (c *Cluster) start(ctx context.Context) error {
 		}
 		ids[i], _ = id.(string)
 	}
-	for i := range 3 { // 16384 slots in three ranges
-		lo, hi := i*16384/3, (i+1)*16384/3-1
+	for i := range m { // the slots in m ranges
+		lo, hi := i*Slots/m, (i+1)*Slots/m-1
 		if _, err := c.Nodes[i].Do(ctx, "cluster", "addslotsrange", lo, hi); err != nil {
 			return fmt.Errorf("redistopo: CLUSTER ADDSLOTSRANGE on %s: %w", c.Nodes[i].Addr, err)
 		}
@@ -95,12 +107,12 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	// A replica can follow a master only once it knows it.
 	if err := poll(ctx, func(ctx context.Context) (string, error) {
-		for _, s := range c.Nodes[3:] {
+		for _, s := range c.Nodes[m:] {
 			nodes, err := s.Do(ctx, "cluster", "nodes")
 			if err != nil {
 				return s.Addr + ": " + err.Error(), nil
 			}
-			for _, id := range ids[:3] {
+			for _, id := range ids[:m] {
 				if !strings.Contains(fmt.Sprint(nodes), id) {
 					return s.Addr + " does not know master " + id, nil
 				}
@@ -110,7 +122,7 @@ func (c *Cluster) start(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("redistopo: cluster nodes never met: %w", err)
 	}
-	for i, s := range c.Nodes[3:] {
+	for i, s := range c.Nodes[m:] {
 		if _, err := s.Do(ctx, "cluster", "replicate", ids[i]); err != nil {
 			return fmt.Errorf("redistopo: CLUSTER REPLICATE on %s: %w", s.Addr, err)
 		}
@@ -244,7 +256,7 @@ func (c *Cluster) MasterOf(ctx context.Context, key string) (*Server, error) {
 	return nil, errors.New("redistopo: no running node answered CLUSTER SLOTS")
 }
 
-// WaitHealthy waits until every node runs and agrees on three masters covering every
+// WaitHealthy waits until every node runs and agrees on its masters covering every
 // slot, each with one replica whose link to it is up.
 func (c *Cluster) WaitHealthy(ctx context.Context) error {
 	err := poll(ctx, func(ctx context.Context) (string, error) {
@@ -258,7 +270,7 @@ func (c *Cluster) WaitHealthy(ctx context.Context) error {
 				return s.Addr + ": " + err.Error(), nil
 			}
 			ci := fields(fmt.Sprint(info), ":")
-			if ci["cluster_state"] != "ok" || ci["cluster_slots_ok"] != "16384" || ci["cluster_known_nodes"] != "6" {
+			if ci["cluster_state"] != "ok" || ci["cluster_slots_ok"] != "16384" || ci["cluster_known_nodes"] != strconv.Itoa(len(c.Nodes)) {
 				return fmt.Sprintf("%s: cluster_state %s, slots ok %s, known nodes %s", s.Addr,
 					ci["cluster_state"], ci["cluster_slots_ok"], ci["cluster_known_nodes"]), nil
 			}
@@ -283,7 +295,7 @@ func (c *Cluster) WaitHealthy(ctx context.Context) error {
 				}
 			}
 			slices.Sort(roles)
-			if r := strings.Join(roles, ", "); masters != 3 {
+			if r := strings.Join(roles, ", "); masters != c.masters {
 				return fmt.Sprintf("%s sees %d masters", s.Addr, masters), nil
 			} else if agreed == "" {
 				agreed = r
@@ -313,8 +325,9 @@ func (c *Cluster) WaitHealthy(ctx context.Context) error {
 	return nil
 }
 
-// WaitFailover waits until every running node sees three masters serving slots, each of
-// them running: the replica of a killed master has been promoted in its place.
+// WaitFailover waits until every running node sees all the cluster's masters serving
+// slots, each of them running: the replica of a killed master has been promoted in its
+// place.
 func (c *Cluster) WaitFailover(ctx context.Context) error {
 	err := poll(ctx, func(ctx context.Context) (string, error) {
 		for _, s := range c.Nodes {
@@ -335,7 +348,7 @@ func (c *Cluster) WaitFailover(ctx context.Context) error {
 				}
 				masters++
 			}
-			if masters != 3 {
+			if masters != c.masters {
 				return fmt.Sprintf("%s sees %d masters", s.Addr, masters), nil
 			}
 		}

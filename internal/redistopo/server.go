@@ -298,6 +298,26 @@ func poll(ctx context.Context, cond func(ctx context.Context) (missing string, e
 	}
 }
 
+// StartServer starts a standalone redis-server (no persistence) in a new temporary
+// directory and waits until it answers; stop kills it and removes the directory.
+func StartServer(ctx context.Context) (s *Server, stop func() error, err error) {
+	root, err := os.MkdirTemp("", "idem-redis-server-")
+	if err != nil {
+		return nil, nil, fmt.Errorf("redistopo: %w", err)
+	}
+	stop = func() error { return stopAll(root, []*Server{s}) }
+	if s, err = newServer(root, "server", dataConf, false); err == nil {
+		err = s.firstStart(ctx)
+	}
+	if err != nil {
+		if s == nil {
+			return nil, nil, errors.Join(err, os.RemoveAll(root))
+		}
+		return nil, nil, errors.Join(err, stop())
+	}
+	return s, stop, nil
+}
+
 // stopAll kills every server, in parallel, and removes root.
 func stopAll(root string, servers []*Server) error {
 	var wg sync.WaitGroup

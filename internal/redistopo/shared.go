@@ -15,8 +15,8 @@ const StartTimeout = 2 * time.Minute
 // shared holds the test binary's shared topologies, started on first use.
 var shared struct {
 	mu          sync.Mutex
-	cluster     *Cluster
-	clusterErr  error
+	clusters    map[int]*Cluster // by number of masters
+	clusterErrs map[int]error
 	sentinel    *Sentinel
 	sentinelErr error
 }
@@ -25,19 +25,26 @@ var shared struct {
 // (in TestMain, after m.Run) stops it. Tests sharing it must not kill its nodes, and
 // keep their keys apart (a key prefix of their own). It fails the test when the cluster
 // cannot start.
-func SharedCluster(t testing.TB) *Cluster {
+func SharedCluster(t testing.TB) *Cluster { t.Helper(); return SharedClusterOf(t, 3) }
+
+// SharedClusterOf returns the test binary's cluster of masters masters (each with a
+// replica), starting it on first use, as SharedCluster does.
+func SharedClusterOf(t testing.TB, masters int) *Cluster {
 	t.Helper()
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
-	if shared.cluster == nil && shared.clusterErr == nil {
+	if shared.clusters == nil {
+		shared.clusters, shared.clusterErrs = map[int]*Cluster{}, map[int]error{}
+	}
+	if shared.clusters[masters] == nil && shared.clusterErrs[masters] == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 		defer cancel()
-		shared.cluster, shared.clusterErr = StartCluster(ctx)
+		shared.clusters[masters], shared.clusterErrs[masters] = StartClusterOf(ctx, masters)
 	}
-	if shared.clusterErr != nil {
-		t.Fatalf("redistopo: %v", shared.clusterErr)
+	if err := shared.clusterErrs[masters]; err != nil {
+		t.Fatalf("redistopo: %v", err)
 	}
-	return shared.cluster
+	return shared.clusters[masters]
 }
 
 // SharedSentinel returns the test binary's Sentinel group, starting it on first use;
@@ -63,8 +70,10 @@ func StopShared() error {
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	var errs []error
-	if shared.cluster != nil {
-		errs = append(errs, shared.cluster.Stop())
+	for _, c := range shared.clusters {
+		if c != nil {
+			errs = append(errs, c.Stop())
+		}
 	}
 	if shared.sentinel != nil {
 		errs = append(errs, shared.sentinel.Stop())
@@ -103,6 +112,25 @@ func NewSentinel(t testing.TB) *Sentinel {
 	t.Cleanup(func() {
 		if err := s.Stop(); err != nil {
 			t.Errorf("redistopo: stop the sentinel group: %v", err)
+		}
+	})
+	return s
+}
+
+// NewServer starts a standalone redis-server (no persistence) of the test's own, in a
+// temporary directory, stopped when the test ends. It fails the test when the server
+// cannot start.
+func NewServer(t testing.TB) *Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+	defer cancel()
+	s, stop, err := StartServer(ctx)
+	if err != nil {
+		t.Fatalf("redistopo: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("redistopo: stop the server: %v", err)
 		}
 	})
 	return s
