@@ -128,12 +128,15 @@ func (s *Server) Running() bool {
 	return s.proc != nil
 }
 
+// errPortTaken reports that another process answers on a server's port.
+var errPortTaken = errors.New("another process answers on the port")
+
 // firstStart starts a new server, choosing other ports when another process took its
 // own between pickPorts and the start.
 func (s *Server) firstStart(ctx context.Context) error {
 	for try := 0; ; try++ {
 		err := s.Start(ctx)
-		if err == nil || try == 2 || !strings.Contains(s.Log(), "Address already in use") {
+		if err == nil || try == 4 || !errors.Is(err, errPortTaken) && !strings.Contains(s.Log(), "Address already in use") {
 			return err
 		}
 		if err := os.Truncate(s.logFile(), 0); err != nil {
@@ -145,7 +148,9 @@ func (s *Server) firstStart(ctx context.Context) error {
 	}
 }
 
-// Start runs the server, if it does not run, and waits until it answers PING.
+// Start runs the server, if it does not run, and waits until it answers, as itself: a
+// server that another process (another test's Redis or proxy) answers for, having taken
+// its port, is killed and Start fails with an error wrapping errPortTaken.
 func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	if s.proc != nil {
@@ -166,8 +171,12 @@ func (s *Server) Start(ctx context.Context) error {
 			return "", fmt.Errorf("redis-server %s exited at start", s.Addr)
 		default:
 		}
-		if err := c.Ping(ctx).Err(); err != nil {
-			return "no answer to PING: " + err.Error(), nil
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			return "no answer to INFO: " + err.Error(), nil
+		}
+		if pid := fields(info, ":")["process_id"]; pid != strconv.Itoa(p.pid) {
+			return "", fmt.Errorf("redis-server %s (pid %d): process %s answers: %w", s.Addr, p.pid, pid, errPortTaken)
 		}
 		return "", nil
 	})
