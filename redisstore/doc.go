@@ -93,9 +93,10 @@
 //
 // A Redis that is down, paused, restarting or failing over makes the store return an
 // error, and the engine answers 503 + Retry-After without running the handler: it fails
-// closed. Errors by which Redis refused a script without running it (LOADING, READONLY,
-// TRYAGAIN, CLUSTERDOWN, MASTERDOWN, BUSY) say that nothing changed; the driver's error
-// stays in the chain. On a cluster client, an error that means a node is gone makes the
+// closed. Such errors wrap ErrUnavailable (a handler whose Phase returns one should
+// answer 503 with Retry-After as well); those by which Redis refused a script without
+// running it (LOADING, READONLY, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, BUSY) say that
+// nothing changed; the driver's error stays in the chain. On a cluster client, an error that means a node is gone makes the
 // store reload the client's view of the cluster (at most every quarter of a second), so
 // a master's keys are served again as soon as its replica is promoted; a failover client
 // (Sentinel) follows the new master by itself. The claim's timeout (core.Config.StoreTimeout) bounds each of the store's

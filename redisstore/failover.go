@@ -11,6 +11,24 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// ErrUnavailable reports that Redis could not be reached, did not answer in time, or
+// refused a call it could not serve then (loading its data, failing over, a cluster
+// missing a master or a majority, a script running too long), or that too few replicas
+// acknowledged a change (ErrNotReplicated). The call's outcome may be unknown, but
+// retrying later with the same key is safe: the engine answers 503 with Retry-After for
+// a claim (store-unavailable) or a completion (not-recorded), and a handler whose
+// Phase returns it should answer 503 with Retry-After too, never 500. Every error of
+// the store that it wraps also holds the driver's.
+var ErrUnavailable = errors.New("redisstore: Redis unavailable, retry later")
+
+// unavailable reports whether err, from the client, is one of those ErrUnavailable
+// stands for.
+func unavailable(err error) bool {
+	return nodeGone(err) || errors.Is(err, ErrNotReplicated) || redis.IsLoadingError(err) ||
+		redis.HasErrorPrefix(err, "BUSY") || errors.Is(err, redis.ErrPoolTimeout) ||
+		errors.Is(err, redis.ErrPoolExhausted) || errors.Is(err, redis.ErrClosed)
+}
+
 // reloadEvery is the least time between two reloads of a cluster client's view of the
 // topology that the store asks for.
 const reloadEvery = 250 * time.Millisecond

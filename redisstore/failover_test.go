@@ -92,8 +92,9 @@ var deployments = map[string]func(*testing.T) deployment{"cluster": newClusterDe
 
 // chargeApp is the failover tests' phased handler: phase "charged" charges the
 // in-process provider with the operation's derived key, then the handler answers 201
-// with the charge. A phase the store could not record answers 503 with Retry-After, as
-// the engine answers the store's own failures, and its error goes to errs. runs counts
+// with the charge. A phase that failed because Redis was unavailable answers 503 with
+// Retry-After, as the engine answers the store's own failures; any other failure 500.
+// Errors go to errs. runs counts
 // the handler's runs by key.
 func chargeApp(prov *provider, runs *counts, errs *errorsByKey) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -108,10 +109,14 @@ func chargeApp(prov *provider, runs *counts, errs *errorsByKey) http.Handler {
 		switch {
 		case errors.Is(err, core.ErrLeaseLost):
 			return // the engine answers 409
-		case err != nil:
+		case errors.Is(err, redisstore.ErrUnavailable):
 			errs.put(op.Key(), err)
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		case err != nil:
+			errs.put(op.Key(), err)
+			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
 		if charge == "" { // resumed after the phase: the provider knows the charge by its key

@@ -282,23 +282,26 @@ func micros(v any) (time.Time, error) {
 	return time.UnixMicro(n), nil
 }
 
-// classify wraps a client error for the caller. Errors by which Redis refused to run the
-// script at all (loading its data set after a restart, a failover in progress, a cluster
-// without a majority or missing a master, a script already running too long) say so:
-// they changed nothing. They do not wrap storage.ErrTransient, which tells the engine
-// that a twin collided and an immediate retry will do: these last until Redis recovers,
-// and the engine answers them as it answers a Redis it cannot reach, 503
-// store-unavailable with Retry-After. Anything else — a connection cut, a timeout —
-// leaves the outcome unknown and is wrapped as it is.
+// classify wraps a client error for the caller. Errors by which Redis could not be
+// reached or refused the call wrap ErrUnavailable: the engine answers them 503 with
+// Retry-After, as it answers any store failure. The refusals (loading its data set after
+// a restart, a failover in progress, a cluster without a majority or missing a master, a
+// script already running too long) say that nothing changed; they do not wrap
+// storage.ErrTransient, which tells the engine that a twin collided and an immediate
+// retry will do, while these last until Redis recovers. A connection cut or a timeout
+// leaves the outcome unknown. Anything else (a nil or malformed reply, a script error)
+// is a bug and is wrapped as it is.
 func classify(ctx context.Context, op string, err error) error {
 	switch {
 	case errors.Is(err, redis.Nil):
 		return fmt.Errorf("redisstore: %s: unexpected nil reply: %w", op, err)
 	case redis.IsLoadingError(err), redis.IsReadOnlyError(err), redis.IsClusterDownError(err),
 		redis.IsTryAgainError(err), redis.IsMasterDownError(err), redis.HasErrorPrefix(err, "BUSY"):
-		return fmt.Errorf("redisstore: %s: refused by Redis, nothing changed: %w", op, err)
+		return fmt.Errorf("redisstore: %s: refused by Redis, nothing changed: %w: %w", op, ErrUnavailable, err)
+	case !unavailable(err):
+		return fmt.Errorf("redisstore: %s: %w", op, err)
 	case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
-		return fmt.Errorf("redisstore: %s: %w (%w)", op, err, context.Cause(ctx))
+		return fmt.Errorf("redisstore: %s: %w: %w (%w)", op, ErrUnavailable, err, context.Cause(ctx))
 	}
-	return fmt.Errorf("redisstore: %s: %w", op, err)
+	return fmt.Errorf("redisstore: %s: %w: %w", op, ErrUnavailable, err)
 }
