@@ -375,6 +375,22 @@ func (c *Cluster) Heal(ctx context.Context) error {
 	return c.WaitHealthy(ctx)
 }
 
+// Epoch returns the cluster's current epoch as a running node sees it: each failover
+// raises it by one.
+func (c *Cluster) Epoch(ctx context.Context) (int64, error) {
+	for _, s := range c.Nodes {
+		if !s.Running() {
+			continue
+		}
+		info, err := s.Do(ctx, "cluster", "info")
+		if err != nil {
+			continue
+		}
+		return strconv.ParseInt(fields(fmt.Sprint(info), ":")["cluster_current_epoch"], 10, 64)
+	}
+	return 0, errors.New("redistopo: no running node answered CLUSTER INFO")
+}
+
 // cmpOr returns a unless it is nil, else b.
 func cmpOr(a, b error) error {
 	if a != nil {

@@ -17,8 +17,14 @@ import (
 const MasterName = "idem"
 
 // DownAfter is the sentinels' down-after-milliseconds: a master that does not answer for
-// that long is subjectively down; the failover follows within a few seconds.
-const DownAfter = time.Second
+// that long is subjectively down; the failover follows within a second or two. Much less
+// lets a sentinel on a loaded machine, whose link to a just-promoted master has not
+// answered yet, fail that master over again, onto the replica still syncing from it.
+const DownAfter = 2 * time.Second
+
+// freshPing is how recent the sentinels' last answered PING to each data node must be
+// for the group to count as healthy.
+const freshPing = DownAfter / 2
 
 // dataConf is the configuration of a Sentinel group's master and replica after their
 // port lines.
@@ -145,12 +151,13 @@ func (s *Sentinel) Master(ctx context.Context) (*Server, error) {
 	return nil, fmt.Errorf("redistopo: no sentinel named the master: %w", cmpOr(firstErr, errors.New("none runs")))
 }
 
-// WaitHealthy waits until every process runs, every sentinel names the same master,
-// knows the two other sentinels and sees the replica up, and the replica's link to the
-// master is up.
+// WaitHealthy waits until every process runs; every sentinel names the same master at
+// the same configuration epoch, with no failover in progress, knows the two other
+// sentinels, sees the replica's link up, and has had an answer to a PING from both data
+// nodes within freshPing; and the replica's link to the master is up.
 func (s *Sentinel) WaitHealthy(ctx context.Context) error {
 	err := poll(ctx, func(ctx context.Context) (string, error) {
-		var master string
+		var master, epoch string
 		for _, sn := range s.Sentinels {
 			if !sn.Running() {
 				return "sentinel " + sn.Addr + " does not run", nil
@@ -169,17 +176,23 @@ func (s *Sentinel) WaitHealthy(ctx context.Context) error {
 				return "sentinel " + sn.Addr + ": " + err.Error(), nil
 			}
 			m := pairs(v)
-			if m["flags"] != "master" || m["num-other-sentinels"] != "2" || m["num-slaves"] != "1" {
-				return fmt.Sprintf("sentinel %s: master flags %s, %s other sentinels, %s replicas", sn.Addr,
-					m["flags"], m["num-other-sentinels"], m["num-slaves"]), nil
+			if m["flags"] != "master" || m["num-other-sentinels"] != "2" || m["num-slaves"] != "1" || !fresh(m) {
+				return fmt.Sprintf("sentinel %s: master flags %s, %s other sentinels, %s replicas, last PONG %s ms ago", sn.Addr,
+					m["flags"], m["num-other-sentinels"], m["num-slaves"], m["last-ok-ping-reply"]), nil
+			}
+			if epoch == "" {
+				epoch = m["config-epoch"]
+			} else if m["config-epoch"] != epoch {
+				return "the sentinels are at different configuration epochs", nil
 			}
 			v, err = sn.Do(ctx, "sentinel", "replicas", MasterName)
 			if err != nil {
 				return "sentinel " + sn.Addr + ": " + err.Error(), nil
 			}
 			for _, r := range asSlice(v) {
-				if f := pairs(r)["flags"]; f != "slave" {
-					return fmt.Sprintf("sentinel %s sees a replica as %s", sn.Addr, f), nil
+				if r := pairs(r); r["flags"] != "slave" || r["master-link-status"] != "ok" || !fresh(r) {
+					return fmt.Sprintf("sentinel %s sees a replica as %s, link %s, last PONG %s ms ago", sn.Addr,
+						r["flags"], r["master-link-status"], r["last-ok-ping-reply"]), nil
 				}
 			}
 		}
@@ -209,21 +222,37 @@ func (s *Sentinel) WaitHealthy(ctx context.Context) error {
 	return nil
 }
 
-// Heal restarts every data node that does not run as a replica of the current master
-// (a killed master comes back as the replica of the one promoted in its place) and
-// waits until the group is healthy.
+// Heal waits until every sentinel names a running master with no failover in progress
+// and has heard from it lately, then restarts every data node that does not run as a
+// replica of that master (a killed master comes back as the replica of the one promoted
+// in its place), and waits until the group is healthy.
 func (s *Sentinel) Heal(ctx context.Context) error {
 	var master *Server
 	if err := poll(ctx, func(ctx context.Context) (string, error) {
-		m, err := s.Master(ctx)
-		switch {
-		case err != nil:
-			return err.Error(), nil
-		case !m.Running():
-			return "no failover yet: the sentinels name " + m.Addr + ", which does not run", nil
+		var named string
+		for _, sn := range s.Sentinels {
+			v, err := sn.Do(ctx, "sentinel", "master", MasterName)
+			if err != nil {
+				return "sentinel " + sn.Addr + ": " + err.Error(), nil
+			}
+			m := pairs(v)
+			addr := net.JoinHostPort(m["ip"], m["port"])
+			if named == "" {
+				named = addr
+			} else if addr != named {
+				return "the sentinels name different masters", nil
+			}
+			if m["flags"] != "master" || !fresh(m) {
+				return fmt.Sprintf("sentinel %s: master %s flags %s, last PONG %s ms ago", sn.Addr, addr, m["flags"], m["last-ok-ping-reply"]), nil
+			}
 		}
-		master = m
-		return "", nil
+		for _, d := range s.Data {
+			if d.Addr == named && d.Running() {
+				master = d
+				return "", nil
+			}
+		}
+		return "no failover yet: the sentinels name " + named + ", which does not run", nil
 	}); err != nil {
 		return fmt.Errorf("redistopo: heal: %w", err)
 	}
@@ -239,6 +268,28 @@ func (s *Sentinel) Heal(ctx context.Context) error {
 		}
 	}
 	return s.WaitHealthy(ctx)
+}
+
+// ConfigEpoch returns the configuration epoch a running sentinel has for the master:
+// each failover raises it by one.
+func (s *Sentinel) ConfigEpoch(ctx context.Context) (int64, error) {
+	var firstErr error
+	for _, sn := range s.Sentinels {
+		v, err := sn.Do(ctx, "sentinel", "master", MasterName)
+		if err != nil {
+			firstErr = cmpOr(firstErr, err)
+			continue
+		}
+		return strconv.ParseInt(pairs(v)["config-epoch"], 10, 64)
+	}
+	return 0, fmt.Errorf("redistopo: no sentinel answered: %w", cmpOr(firstErr, errors.New("none runs")))
+}
+
+// fresh reports whether a sentinel's view of an instance had an answer to a PING within
+// freshPing.
+func fresh(m map[string]string) bool {
+	ms, err := strconv.ParseInt(m["last-ok-ping-reply"], 10, 64)
+	return err == nil && ms < freshPing.Milliseconds()
 }
 
 // pairs turns a flat reply of names and values into a map.
