@@ -17,8 +17,8 @@ import (
 // acknowledged a change (ErrNotReplicated). The call's outcome may be unknown, but
 // retrying later with the same key is safe: the engine answers 503 with Retry-After for
 // a claim (store-unavailable) or a completion (not-recorded), and a handler whose
-// Phase returns it should answer 503 with Retry-After too, never 500. Every error of
-// the store that it wraps also holds the driver's.
+// Phase returns it should answer 503 with Retry-After too, never 500. The store's
+// errors that wrap it wrap the driver's error as well.
 var ErrUnavailable = errors.New("redisstore: Redis unavailable, retry later")
 
 // unavailable reports whether err, from the client, is one of those ErrUnavailable

@@ -48,6 +48,9 @@ type deployment struct {
 	// heal waits for the failover, restarts the killed node as a replica and waits until
 	// the topology is healthy again.
 	heal func(ctx context.Context) error
+	// epoch is the topology's failover count: the cluster's current epoch, the
+	// sentinels' configuration epoch.
+	epoch func(ctx context.Context) (int64, error)
 }
 
 // newClusterDeployment starts a cluster of the test's own and a ClusterClient on it
@@ -56,7 +59,7 @@ func newClusterDeployment(t *testing.T) deployment {
 	c := redistopo.NewCluster(t)
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
 	t.Cleanup(func() { _ = client.Close() })
-	return deployment{name: "cluster", client: client, heal: c.Heal, victim: func(t *testing.T) (func(string) bool, func(*testing.T) (time.Time, time.Time)) {
+	return deployment{name: "cluster", client: client, heal: c.Heal, epoch: c.Epoch, victim: func(t *testing.T) (func(string) bool, func(*testing.T) (time.Time, time.Time)) {
 		slots, err := c.SlotMap(t.Context())
 		require.NoError(t, err)
 		victim := slots[0]
@@ -70,7 +73,7 @@ func newSentinelDeployment(t *testing.T) deployment {
 	s := redistopo.NewSentinel(t)
 	client := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistopo.MasterName, SentinelAddrs: s.SentinelAddrs()})
 	t.Cleanup(func() { _ = client.Close() })
-	return deployment{name: "sentinel", client: client, heal: s.Heal, victim: func(t *testing.T) (func(string) bool, func(*testing.T) (time.Time, time.Time)) {
+	return deployment{name: "sentinel", client: client, heal: s.Heal, epoch: s.ConfigEpoch, victim: func(t *testing.T) (func(string) bool, func(*testing.T) (time.Time, time.Time)) {
 		m, err := s.Master(t.Context())
 		require.NoError(t, err)
 		return func(string) bool { return true }, killer(m)
