@@ -20,7 +20,7 @@ import (
 )
 
 // ackTimeout is how long the tests' stores wait for replicas: long enough for a loaded
-// machine, shorter than the clients' ReadTimeout (3s) and the claims' Timeout (5s).
+// machine, shorter than the clients' ReadTimeout (5s) and the claims' Timeout (5s).
 const ackTimeout = time.Second
 
 func TestReplicaAcksPanicsOnProgrammingErrors(t *testing.T) {
