@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,11 +22,23 @@ import (
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/ginidem"
 	"github.com/idemkit/idem/internal/adaptertest"
+	"github.com/idemkit/idem/internal/redistopo"
 )
 
 func TestMain(m *testing.M) {
 	gin.SetMode(gin.TestMode)
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	if err := redistopo.StopShared(); err != nil { // before the leak check: each server has a goroutine
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // app is the Gin server every test talks to: the routes internal/adaptertest documents,
@@ -126,6 +139,13 @@ func (a *app) createOrder(c *gin.Context) {
 func TestShared(t *testing.T) {
 	t.Parallel()
 	adaptertest.Run(t, func(t *testing.T, store storage.Store) *adaptertest.App { return newAppOn(t, store).App })
+}
+
+// TestSharedOnRedisTopologies runs the shared tests on redisstore on a Redis Cluster and
+// a Sentinel group.
+func TestSharedOnRedisTopologies(t *testing.T) {
+	t.Parallel()
+	adaptertest.RunOn(t, adaptertest.RedisTopologies, func(t *testing.T, store storage.Store) *adaptertest.App { return newAppOn(t, store).App })
 }
 
 // do, order and otherOrder are the shared tests' helper and bodies.

@@ -72,15 +72,7 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "Idempotency-Key required", http.StatusBadRequest)
 			return
 		}
-		p.calls++
-		id, ok := p.byKey[key]
-		if !ok {
-			id = fmt.Sprintf("ch_%d", len(p.byKey)+1)
-			p.byKey[key] = id
-			order := r.URL.Query().Get("order")
-			p.byOrder[order] = append(p.byOrder[order], id)
-		}
-		_, _ = io.WriteString(w, id)
+		_, _ = io.WriteString(w, p.chargeLocked(key, r.URL.Query().Get("order")))
 	case http.MethodGet: // look a charge up: ?key=…
 		id, ok := p.byKey[r.URL.Query().Get("key")]
 		if !ok {
@@ -89,6 +81,25 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		_, _ = io.WriteString(w, id)
 	}
+}
+
+// charge charges order once per key, however often it is called with key, and returns
+// the charge's ID: the provider's API, for an application calling it in process.
+func (p *provider) charge(key, order string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.chargeLocked(key, order)
+}
+
+func (p *provider) chargeLocked(key, order string) string {
+	p.calls++
+	id, ok := p.byKey[key]
+	if !ok {
+		id = fmt.Sprintf("ch_%d", len(p.byKey)+1)
+		p.byKey[key] = id
+		p.byOrder[order] = append(p.byOrder[order], id)
+	}
+	return id
 }
 
 // charges returns the charges made for order.

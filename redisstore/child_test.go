@@ -16,7 +16,6 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/redisstore"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -28,6 +27,7 @@ import (
 const (
 	childEnv      = "REDISSTORE_CHILD"
 	envPrefix     = "REDISSTORE_CHILD_PREFIX"
+	envRedis      = "REDISSTORE_CHILD_REDIS" // the deployment's spec (clientFor)
 	envProvider   = "REDISSTORE_CHILD_PROVIDER"
 	envCrashAt    = "REDISSTORE_CHILD_CRASH_AT"
 	readyPrefix   = "redisstore child listening on "
@@ -49,7 +49,10 @@ func runChild() int {
 			os.Exit(crashStatus)
 		}
 	}
-	client := redis.NewClient(&redis.Options{Addr: redisAddr(), ContextTimeoutEnabled: true})
+	client, err := clientFor(os.Getenv(envRedis))
+	if err != nil {
+		return fail(err)
+	}
 	store := redisstore.New(client, redisstore.WithPrefix(os.Getenv(envPrefix)))
 	cfg := core.Config{Lease: childLease}
 	if crashAt == atRecorded {
@@ -72,12 +75,14 @@ func runChild() int {
 	return fail(srv.Serve(ln))
 }
 
-// startChild starts a child server that crashes at crashAt and returns its URL and a
-// function waiting for its exit status. The test's cleanup kills it if it still runs.
-func startChild(t *testing.T, prefix, providerURL, crashAt string) (string, func() (int, error)) {
+// startChild starts a child server on the Redis deployment spec names (clientFor) that
+// crashes at crashAt, and returns its URL and a function waiting for its exit status.
+// The test's cleanup kills it if it still runs.
+func startChild(t *testing.T, spec, prefix, providerURL, crashAt string) (string, func() (int, error)) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=1", envPrefix+"="+prefix, envProvider+"="+providerURL, envCrashAt+"="+crashAt)
+	cmd.Env = append(os.Environ(), childEnv+"=1", envRedis+"="+spec, envPrefix+"="+prefix, envProvider+"="+providerURL,
+		envCrashAt+"="+crashAt)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	var stderr strings.Builder
@@ -140,36 +145,46 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // serves the retry: 409 while the crashed attempt's lease is live, then a takeover that
 // resumes where the crash left off (or the replay of the recorded response). The provider
 // has exactly one charge for the operation, the one the 201 names, and the 201 replays
-// identically.
+// identically. On one Redis, a Redis Cluster and a Sentinel group.
 func TestCrashMidOperationChargesOnce(t *testing.T) {
 	t.Parallel()
-	for _, at := range []string{atClaimed, atProviderCalled, atCharged, atRecorded} {
-		t.Run(at, func(t *testing.T) {
+	for _, topo := range []topology{single, cluster, sentinel} {
+		t.Run(topo.name, func(t *testing.T) {
 			t.Parallel()
-			prov := newProvider(t)
-			prefix := newPrefix(t)
-			url, exit := startChild(t, prefix, prov.srv.URL, at)
-			key := "pay-" + at
-			_, err := post(t.Context(), url, "acct", key, `{"amount":100}`)
-			require.Error(t, err, "the child answered instead of crashing at %s", at)
-			code, err := exit()
-			require.NoError(t, err)
-			require.Equal(t, crashStatus, code, "the child's exit status")
-
-			other := redisstore.New(newClient(t, ""), redisstore.WithPrefix(prefix))
-			srv := serve(t, other, core.Config{Lease: childLease}, payments(prov.srv.URL, noCrash, nil))
-			first, seen, err := untilCreated(t.Context(), srv.URL, "acct", key, `{"amount":100}`, 10*time.Second, false)
-			require.NoError(t, err)
-			t.Logf("answers after the crash: %v", seen)
-			assert.Equal(t, at == atRecorded, first.replayed(), "only a recorded response is replayed on the first retry")
-			charges := prov.charges(key)
-			require.Len(t, charges, 1, "charges of the operation")
-			assert.Contains(t, string(first.Body), charges[0])
-			again, err := post(t.Context(), srv.URL, "acct", key, `{"amount":100}`)
-			require.NoError(t, err)
-			assert.True(t, again.replayed())
-			assert.Equal(t, first.Body, again.Body)
-			assert.Equal(t, first.Header.Get("Location"), again.Header.Get("Location"))
+			spec := topo.spec(t)
+			for _, at := range []string{atClaimed, atProviderCalled, atCharged, atRecorded} {
+				t.Run(at, func(t *testing.T) {
+					t.Parallel()
+					crashMidOperation(t, spec, at)
+				})
+			}
 		})
 	}
+}
+
+func crashMidOperation(t *testing.T, spec, at string) {
+	prov := newProvider(t)
+	prefix := newPrefix(t)
+	url, exit := startChild(t, spec, prefix, prov.srv.URL, at)
+	key := "pay-" + at
+	_, err := post(t.Context(), url, "acct", key, `{"amount":100}`)
+	require.Error(t, err, "the child answered instead of crashing at %s", at)
+	code, err := exit()
+	require.NoError(t, err)
+	require.Equal(t, crashStatus, code, "the child's exit status")
+
+	other := redisstore.New(topoClient(t, spec), redisstore.WithPrefix(prefix))
+	srv := serve(t, other, core.Config{Lease: childLease}, payments(prov.srv.URL, noCrash, nil))
+	first, seen, err := untilCreated(t.Context(), srv.URL, "acct", key, `{"amount":100}`, 10*time.Second, false)
+	require.NoError(t, err)
+	t.Logf("answers after the crash: %v", seen)
+	assert.Equal(t, at == atRecorded, first.replayed(), "only a recorded response is replayed on the first retry")
+	charges := prov.charges(key)
+	require.Len(t, charges, 1, "charges of the operation")
+	assert.Contains(t, string(first.Body), charges[0])
+	again, err := post(t.Context(), srv.URL, "acct", key, `{"amount":100}`)
+	require.NoError(t, err)
+	assert.True(t, again.replayed())
+	assert.Equal(t, first.Body, again.Body)
+	assert.Equal(t, first.Header.Get("Location"), again.Header.Get("Location"))
 }

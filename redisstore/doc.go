@@ -3,7 +3,7 @@
 // API, another service), or an application with no SQL database at all.
 //
 //	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
-//	store := redisstore.New(client) // options: WithPrefix, WithRetention
+//	store := redisstore.New(client) // options: WithPrefix, WithRetention, WithReplicaAcks
 //
 //	eng, err := core.New(core.Config{Store: store, Mode: core.ModePhased})
 //	if err != nil { ... }
@@ -91,11 +91,15 @@
 //
 // # When Redis fails
 //
-// A Redis that is down, paused or restarting makes the store return an error, and the
-// engine answers 503 + Retry-After without running the handler: it fails closed. Errors
-// by which Redis refused a script without running it (LOADING, READONLY, TRYAGAIN,
-// CLUSTERDOWN, MASTERDOWN, BUSY) wrap storage.ErrTransient; the driver's error stays in
-// the chain. The claim's timeout (core.Config.StoreTimeout) bounds each of the store's
+// A Redis that is down, paused, restarting or failing over makes the store return an
+// error, and the engine answers 503 + Retry-After without running the handler: it fails
+// closed. Such errors wrap ErrUnavailable (a handler whose Phase returns one should
+// answer 503 with Retry-After as well); those by which Redis refused a script without
+// running it (LOADING, READONLY, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, BUSY) say that
+// nothing changed; the driver's error stays in the chain. On a cluster client, an error that means a node is gone makes the
+// store reload the client's view of the cluster (at most every quarter of a second), so
+// a master's keys are served again as soon as its replica is promoted; a failover client
+// (Sentinel) follows the new master by itself. The claim's timeout (core.Config.StoreTimeout) bounds each of the store's
 // calls as a context deadline, which go-redis honours only with
 // redis.Options.ContextTimeoutEnabled; without it the client's ReadTimeout and
 // WriteTimeout bound them instead. The scripts are safe to send twice, as go-redis does
@@ -110,7 +114,11 @@
 //     every key, so retries run again. Use appendonly yes; appendfsync everysec may lose
 //     the last second of claims on a crash of the host.
 //   - Replication: a replica promoted by Sentinel or Cluster may not have the last writes
-//     of its primary (replication is asynchronous), with the same effect for those keys.
+//     of its primary (replication is asynchronous), with the same effect for those keys:
+//     a completion acknowledged a moment before the failover can be gone, and its retry
+//     runs the handler again. WithReplicaAcks makes completions and phases wait for
+//     replicas (WAIT on the key's own master) and answers 503 not-recorded when they do
+//     not acknowledge in time, so no client holds a response a failover can take back.
 //   - Eviction: use maxmemory-policy noeviction. Under allkeys-* or volatile-* policies
 //     Redis may evict a key before its retention, and its retry runs again.
 package redisstore

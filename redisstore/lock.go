@@ -74,7 +74,7 @@ func (l *lock) renew(ctx context.Context, op string, point *string) error {
 	if point != nil {
 		args = append(args, *point)
 	}
-	n, err := renewScript.Run(ctx, l.s.client, []string{l.key}, args...).Int()
+	n, err := l.s.run(ctx, renewScript, l.key, point != nil, args...).Int() // a recorded point waits for the replicas
 	switch {
 	case err != nil:
 		return classify(ctx, op, err)
@@ -100,7 +100,7 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	if body == nil {
 		body = []byte{}
 	}
-	n, err := completeScript.Run(ctx, l.s.client, []string{l.key},
+	n, err := l.s.run(ctx, completeScript, l.key, true,
 		l.tok, r.Status, storage.EncodeHeader(r.Header), body).Int()
 	switch {
 	case err != nil:
@@ -125,7 +125,7 @@ func (l *lock) Release(ctx context.Context) error {
 	l.ended = true
 	ctx, cancel := l.bound(context.WithoutCancel(ctx))
 	defer cancel()
-	n, err := releaseScript.Run(ctx, l.s.client, []string{l.key}, l.tok).Int()
+	n, err := l.s.run(ctx, releaseScript, l.key, false, l.tok).Int()
 	switch {
 	case err != nil:
 		return classify(ctx, "release", err)

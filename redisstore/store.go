@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem/core/storage"
@@ -30,9 +31,12 @@ const cleanupTimeout = 10 * time.Second
 // and holds no state of its own beyond its settings: several instances of an application,
 // each with its own Store and client, share the keys through Redis. Create it with New.
 type Store struct {
-	client    redis.UniversalClient
-	prefix    string
-	retention time.Duration
+	client     redis.UniversalClient
+	prefix     string
+	retention  time.Duration
+	acks       int           // WithReplicaAcks: replicas a completion or phase waits for; 0: none
+	ackTimeout time.Duration // how long it waits for them
+	lastReload atomic.Int64  // when the store last asked a cluster client to reload (Unix ns)
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -64,12 +68,18 @@ func WithRetention(d time.Duration) Option {
 
 // New returns a Store keeping its keys in Redis through client: a *redis.Client (one
 // node), a failover client (Sentinel) or a *redis.ClusterClient. It panics if client is
-// nil.
+// nil, or if WithReplicaAcks is given with another kind of client.
 //
 // The client's settings decide how long a Redis that is down or paused can hold a
 // request: set ContextTimeoutEnabled so the claim's timeout (core.Config.StoreTimeout)
 // bounds every call; without it the client's ReadTimeout and WriteTimeout do (5s by
 // default), and -1 there would let a paused Redis hold requests for ever.
+//
+// On a cluster client the store reloads the client's view of the cluster itself when a
+// call fails in a way that means a node is gone (a connection refused or cut, a timeout,
+// CLUSTERDOWN, MOVED), at most every quarter of a second, so the keys of a master that
+// failed over are served again as soon as its replica is promoted, whatever the client's
+// ClusterStateReloadInterval.
 func New(client redis.UniversalClient, opts ...Option) *Store {
 	if isNil(client) {
 		panic("redisstore: New: nil Redis client")
@@ -80,6 +90,13 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 			panic("redisstore: New: nil Option")
 		}
 		o(s)
+	}
+	if s.acks > 0 {
+		switch client.(type) {
+		case *redis.Client, *redis.ClusterClient:
+		default:
+			panic(fmt.Sprintf("redisstore: New: WithReplicaAcks needs a *redis.Client (one server or Sentinel) or a *redis.ClusterClient, not %T", client))
+		}
 	}
 	return s
 }
@@ -166,7 +183,7 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 	ctx, cancel := bounded(ctx, c.Timeout)
 	defer cancel()
 	key, tok := s.Key(c.Scope, c.Key), newToken()
-	res, err := claimScript.Run(ctx, s.client, []string{key},
+	res, err := s.run(ctx, claimScript, key, false,
 		c.Fingerprint, c.Method, c.Path, tok, lease.Microseconds(), c.Retention.Microseconds(), ttl.Milliseconds(),
 		c.Scope, c.Key).Slice()
 	if err != nil {
@@ -270,20 +287,26 @@ func micros(v any) (time.Time, error) {
 	return time.UnixMicro(n), nil
 }
 
-// classify wraps a client error for the caller. Errors by which Redis refused to run the
-// script at all (loading its data set after a restart, a failover in progress, a cluster
-// without a majority, a script already running too long) wrap storage.ErrTransient: they
-// changed nothing. Anything else — a connection cut, a timeout — leaves the outcome
-// unknown and is wrapped as it is; the engine answers 503 either way.
+// classify wraps a client error for the caller. Errors by which Redis could not be
+// reached or refused the call wrap ErrUnavailable: the engine answers them 503 with
+// Retry-After, as it answers any store failure. The refusals (loading its data set after
+// a restart, a failover in progress, a cluster without a majority or missing a master, a
+// script already running too long) say that nothing changed; they do not wrap
+// storage.ErrTransient, which tells the engine that a twin collided and an immediate
+// retry will do, while these last until Redis recovers. A connection cut or a timeout
+// leaves the outcome unknown. Anything else (a nil or malformed reply, a script error)
+// is a bug and is wrapped as it is.
 func classify(ctx context.Context, op string, err error) error {
 	switch {
 	case errors.Is(err, redis.Nil):
 		return fmt.Errorf("redisstore: %s: unexpected nil reply: %w", op, err)
 	case redis.IsLoadingError(err), redis.IsReadOnlyError(err), redis.IsClusterDownError(err),
 		redis.IsTryAgainError(err), redis.IsMasterDownError(err), redis.HasErrorPrefix(err, "BUSY"):
-		return fmt.Errorf("redisstore: %s: refused by Redis: %w: %w", op, storage.ErrTransient, err)
+		return fmt.Errorf("redisstore: %s: refused by Redis, nothing changed: %w: %w", op, ErrUnavailable, err)
+	case !unavailable(err):
+		return fmt.Errorf("redisstore: %s: %w", op, err)
 	case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
-		return fmt.Errorf("redisstore: %s: %w (%w)", op, err, context.Cause(ctx))
+		return fmt.Errorf("redisstore: %s: %w: %w (%w)", op, ErrUnavailable, err, context.Cause(ctx))
 	}
-	return fmt.Errorf("redisstore: %s: %w", op, err)
+	return fmt.Errorf("redisstore: %s: %w: %w", op, ErrUnavailable, err)
 }

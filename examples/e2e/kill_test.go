@@ -155,6 +155,9 @@ type killRun struct {
 	once    sync.Once
 	killed  chan struct{} // closed just before the SIGKILL is sent
 	victim  *server
+	// killRedis, when set, is what the kill does instead of killing the server: SIGKILL
+	// a Redis master (TestRedisMasterKillUnderLoad); the server keeps running.
+	killRedis func()
 }
 
 func newKillRun(seed uint64) *killRun {
@@ -225,6 +228,9 @@ send:
 		require.FailNow(t, "the load ended without a kill", "%d of %d requests written, the kill was due at %d",
 			r.written.Load(), r.requests, r.killAt)
 	}
+	if r.killRedis != nil {
+		return
+	}
 	select {
 	case <-s.done:
 	case <-time.After(stopTimeout):
@@ -280,10 +286,15 @@ func (r *killRun) send(t *testing.T, client *http.Client, s *server, k *killKey)
 	k.before = append(k.before, &response{Status: resp.StatusCode, Header: resp.Header, Body: b})
 }
 
-// kill sends SIGKILL to the server under load, once.
+// kill sends SIGKILL to the server under load (or to a Redis master, with killRedis),
+// once.
 func (r *killRun) kill() {
 	r.once.Do(func() {
 		close(r.killed)
+		if r.killRedis != nil {
+			r.killRedis()
+			return
+		}
 		_ = r.victim.cmd.Process.Signal(syscall.SIGKILL)
 	})
 }

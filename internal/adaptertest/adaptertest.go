@@ -34,8 +34,10 @@ import (
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/internal/redistopo"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/redisstore"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -49,14 +51,17 @@ type App struct {
 	Gate    chan struct{}
 }
 
-// Stores are the stores the shared tests run on, each opening a fresh, empty one:
-// memstore, and redisstore on the test Redis with a key prefix of its own (both
-// phased, the mode a store without a transaction to share runs; the SQL stores' atomic
-// mode is tested through the adapters in internal/storekit).
-var Stores = []struct {
+// Store is a store the shared tests run on: Open returns a fresh, empty one.
+type Store struct {
 	Name string
 	Open func(t *testing.T) storage.Store
-}{
+}
+
+// Stores are the stores the shared tests run on: memstore, and redisstore on the test
+// Redis with a key prefix of its own (both phased, the mode a store without a
+// transaction to share runs; the SQL stores' atomic mode is tested through the adapters
+// in internal/storekit).
+var Stores = []Store{
 	{"memstore", func(*testing.T) storage.Store { return memstore.New() }},
 	{"redisstore", func(t *testing.T) storage.Store {
 		c, prefix := testdb.Redis(t)
@@ -64,10 +69,33 @@ var Stores = []struct {
 	}},
 }
 
-// Run runs the shared tests on every store of Stores as parallel subtests, each on a
-// fresh App that newApp builds on the store it is given.
+// RedisTopologies are redisstore on the test binary's shared Redis Cluster and Sentinel
+// group (internal/redistopo, started on first use), each store with a key prefix of its
+// own. A test binary running them calls redistopo.StopShared in its TestMain. One
+// adapter runs them: the topology is the store's business, not the adapter's.
+var RedisTopologies = []Store{
+	{"redis-cluster", func(t *testing.T) storage.Store {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistopo.SharedCluster(t).Addrs(), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		return redisstore.New(c, redisstore.WithPrefix(testdb.Name("idemtest")+":"))
+	}},
+	{"redis-sentinel", func(t *testing.T) storage.Store {
+		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistopo.MasterName,
+			SentinelAddrs: redistopo.SharedSentinel(t).SentinelAddrs(), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		return redisstore.New(c, redisstore.WithPrefix(testdb.Name("idemtest")+":"))
+	}},
+}
+
+// Run runs the shared tests on every store of Stores (RunOn).
 func Run(t *testing.T, newApp func(t *testing.T, store storage.Store) *App) {
-	for _, st := range Stores {
+	RunOn(t, Stores, newApp)
+}
+
+// RunOn runs the shared tests on every store of stores as parallel subtests, each on a
+// fresh App that newApp builds on the store it is given.
+func RunOn(t *testing.T, stores []Store, newApp func(t *testing.T, store storage.Store) *App) {
+	for _, st := range stores {
 		t.Run(st.Name, func(t *testing.T) {
 			t.Parallel()
 			app := func(t *testing.T) *App { return newApp(t, st.Open(t)) }

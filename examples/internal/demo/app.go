@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/redisstore"
 )
 
 // AccountHeader carries the caller's account: a stand-in for real authentication.
@@ -148,9 +149,10 @@ func (a *App) fail(ctx context.Context, what string, err error) Reply {
 // request may succeed when sent again: a lock wait that ran out (SQLite's busy_timeout,
 // which a writer can exhaust under a steady stream of others, MySQL's
 // innodb_lock_wait_timeout, PostgreSQL's lock_timeout), a deadlock or a serialization
-// failure, or a key store's word for one of those.
+// failure, or a key store's word for one of those, or Redis unavailable to a phase (down,
+// failing over, or its replicas not acknowledging).
 func busy(err error) bool {
-	if errors.Is(err, storage.ErrInProgress) || errors.Is(err, storage.ErrTransient) {
+	if errors.Is(err, storage.ErrInProgress) || errors.Is(err, storage.ErrTransient) || errors.Is(err, redisstore.ErrUnavailable) {
 		return true
 	}
 	var pg *pgconn.PgError

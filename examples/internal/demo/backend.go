@@ -65,8 +65,8 @@ func openBackend(ctx context.Context, cfg Config, log *slog.Logger) (*backend, e
 		return b, nil
 	}
 	redis.SetLogger(redisLog{log}) // the process's one client: go-redis's logger is global
-	client := redis.NewClient(&redis.Options{
-		Addr:                  cfg.Redis,
+	client := redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs:                 cfg.RedisAddrs(), // one address: one server; several: a cluster's nodes
 		PoolSize:              poolSize,
 		ContextTimeoutEnabled: true, // the engine's StoreTimeout bounds every call, so a paused Redis answers 503
 	})
@@ -75,8 +75,12 @@ func openBackend(ctx context.Context, cfg Config, log *slog.Logger) (*backend, e
 		b.close()
 		return nil, fmt.Errorf("connect to Redis at %s: %w", cfg.Redis, err)
 	}
-	b.payments, b.paymentsInTx = redisstore.New(client, redisstore.WithPrefix(cfg.RedisPrefix)), false
-	b.name += fmt.Sprintf("; payments' keys on redis %s, prefix %q", cfg.Redis, cfg.RedisPrefix)
+	opts := []redisstore.Option{redisstore.WithPrefix(cfg.RedisPrefix)}
+	if cfg.RedisReplicaAcks > 0 {
+		opts = append(opts, redisstore.WithReplicaAcks(cfg.RedisReplicaAcks, time.Second))
+	}
+	b.payments, b.paymentsInTx = redisstore.New(client, opts...), false
+	b.name += fmt.Sprintf("; payments' keys on redis %s, prefix %q, %d replica acks", cfg.Redis, cfg.RedisPrefix, cfg.RedisReplicaAcks)
 	closeDB := b.close
 	b.close = func() {
 		_ = client.Close()

@@ -62,8 +62,14 @@ type Config struct {
 	// gormstore otherwise). Default: pgx.
 	Store string
 	// Redis is the host:port of the Redis server holding the payments' keys with -store
-	// redis (-redis, REDIS_ADDR). Default: DefaultRedis (127.0.0.1:6379).
+	// redis, or a comma-separated list of a Redis Cluster's nodes (-redis, REDIS_ADDR).
+	// Default: DefaultRedis (127.0.0.1:6379).
 	Redis string
+	// RedisReplicaAcks is how many replicas must acknowledge a payment's completion and
+	// recovery points, with -store redis (redisstore.WithReplicaAcks, 1s timeout): a
+	// failover then cannot take back an answer a client got (-redis-replica-acks,
+	// IDEM_REDIS_REPLICA_ACKS). Default: 0 (none waited for).
+	RedisReplicaAcks int
 	// RedisPrefix starts the name of every Redis key the server writes with -store redis
 	// (-redis-prefix, IDEM_REDIS_PREFIX), so that several servers (or tests) can share one
 	// Redis; it may not hold '{' or '}'. Default: redisstore.DefaultPrefix ("idem:").
@@ -161,6 +167,11 @@ func ParseConfig(name string, args []string, getenv func(string) string, out io.
 		RedisPrefix: env("IDEM_REDIS_PREFIX", redisstore.DefaultPrefix),
 		CrashAfter:  getenv("IDEM_CRASH_AFTER"),
 	}
+	acks, err := strconv.Atoi(env("IDEM_REDIS_REPLICA_ACKS", "0"))
+	if err != nil {
+		return Config{}, fmt.Errorf("IDEM_REDIS_REPLICA_ACKS: %w", err)
+	}
+	c.RedisReplicaAcks = acks
 	lease, err := parseLease(env("IDEM_LEASE", "60s"))
 	if err != nil {
 		return Config{}, fmt.Errorf("IDEM_LEASE: %w", err)
@@ -176,7 +187,8 @@ func ParseConfig(name string, args []string, getenv func(string) string, out io.
 	fs.StringVar(&c.DB, "db", c.DB, "database: a postgres:// URL, a mysql:// URL or DSN (MySQL, MariaDB), or sqlite:PATH (env DATABASE_URL; default: the SQLite file "+DefaultSQLiteFile+" in the working directory)")
 	fs.StringVar(&c.Store, "store", c.Store, "key store: pgx or gorm for a PostgreSQL database (SQLite and MySQL always use gorm), "+
 		"or redis to keep the payments' keys in Redis and the other keys in the database (env IDEM_STORE)")
-	fs.StringVar(&c.Redis, "redis", c.Redis, "Redis `host:port` holding the payments' keys with -store redis (env REDIS_ADDR)")
+	fs.StringVar(&c.Redis, "redis", c.Redis, "Redis `host:port` holding the payments' keys with -store redis, or a Redis Cluster's nodes, comma-separated (env REDIS_ADDR)")
+	fs.IntVar(&c.RedisReplicaAcks, "redis-replica-acks", c.RedisReplicaAcks, "replicas that must acknowledge a payment's completion and phases with -store redis (env IDEM_REDIS_REPLICA_ACKS)")
 	fs.StringVar(&c.RedisPrefix, "redis-prefix", c.RedisPrefix, "start of every Redis key's name with -store redis (env IDEM_REDIS_PREFIX)")
 	fs.Func("lease", "how long an in-progress payment blocks takeover: a `duration` such as 60s (env IDEM_LEASE; default "+c.Lease.String()+")", func(s string) error {
 		d, err := parseLease(s)
@@ -194,7 +206,7 @@ func ParseConfig(name string, args []string, getenv func(string) string, out io.
 	}
 	var unused error // a Redis flag given without -store redis would silently do nothing
 	fs.Visit(func(f *flag.Flag) {
-		if (f.Name == "redis" || f.Name == "redis-prefix") && c.Store != StoreRedis && unused == nil {
+		if (f.Name == "redis" || f.Name == "redis-prefix" || f.Name == "redis-replica-acks") && c.Store != StoreRedis && unused == nil {
 			unused = fmt.Errorf("-%s: only used with -store %s, not %s", f.Name, StoreRedis, c.Store)
 		}
 	})
@@ -247,18 +259,26 @@ func (c Config) validate() error {
 
 // validateRedis checks the settings -store redis uses.
 func (c Config) validateRedis() error {
-	_, port, err := net.SplitHostPort(c.Redis)
-	if err != nil {
-		return fmt.Errorf("-redis: %q is not host:port: %v", c.Redis, err)
+	for _, addr := range c.RedisAddrs() {
+		_, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return fmt.Errorf("-redis: %q is not host:port: %v", addr, err)
+		}
+		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+			return fmt.Errorf("-redis: %q: the port %q is not a number from 1 to 65535", addr, port)
+		}
 	}
-	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
-		return fmt.Errorf("-redis: %q: the port %q is not a number from 1 to 65535", c.Redis, port)
+	if c.RedisReplicaAcks < 0 {
+		return fmt.Errorf("-redis-replica-acks: %d is negative", c.RedisReplicaAcks)
 	}
 	if strings.ContainsAny(c.RedisPrefix, "{}") {
 		return fmt.Errorf("-redis-prefix: %q holds '{' or '}', which Redis Cluster would read as the key's hash tag", c.RedisPrefix)
 	}
 	return nil
 }
+
+// RedisAddrs returns the addresses -redis names: one server, or a cluster's nodes.
+func (c Config) RedisAddrs() []string { return strings.Split(c.Redis, ",") }
 
 // redact hides a password in a database URL or a MySQL DSN before it is printed.
 func redact(s string) string {

@@ -93,6 +93,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{nil, env("IDEM_STORE", "redis", "REDIS_ADDR", "nohost"), "-redis"},
 		{[]string{"-store", "redis", "-redis-prefix", "a{b}:"}, env(), "-redis-prefix"},
 		{[]string{"-redis", "127.0.0.1:6380"}, env(), "-redis: only used with -store redis"},
+		{[]string{"-store", "redis", "-redis", "127.0.0.1:7000,nohost"}, env(), "-redis"},
+		{[]string{"-store", "redis", "-redis-replica-acks", "-1"}, env(), "-redis-replica-acks"},
+		{nil, env("IDEM_STORE", "redis", "IDEM_REDIS_REPLICA_ACKS", "one"), "IDEM_REDIS_REPLICA_ACKS"},
+		{[]string{"-redis-replica-acks", "1"}, env(), "-redis-replica-acks: only used with -store redis"},
 		{[]string{"-redis-prefix", "x:"}, env("IDEM_STORE", "gorm"), "-redis-prefix: only used with -store redis"},
 	} {
 		_, err := ParseConfig("x", tc.args, tc.env, io.Discard)
@@ -123,6 +127,11 @@ func TestParseConfigRedis(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "[::1]:6379", c.Redis)
 	assert.Empty(t, c.RedisPrefix)
+
+	c, err = ParseConfig("x", []string{"-redis", "10.0.0.1:7000,10.0.0.2:7000", "-redis-replica-acks", "1"}, e, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"10.0.0.1:7000", "10.0.0.2:7000"}, c.RedisAddrs(), "a cluster's nodes")
+	assert.Equal(t, 1, c.RedisReplicaAcks)
 
 	// REDIS_ADDR may be set for something else: with another store it is not read.
 	_, err = ParseConfig("x", nil, env("REDIS_ADDR", "not an address"), io.Discard)

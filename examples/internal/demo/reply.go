@@ -78,11 +78,12 @@ func Internal() Reply {
 		"The request failed and nothing was kept; retry it with the same Idempotency-Key.")
 }
 
-// Unavailable answers a database that was only busy: a 503 problem with Retry-After: 1,
-// never stored, so the key is released and a retry after that second runs again.
+// Unavailable answers a database that was only busy, or Redis unavailable to a payment's
+// phase: a 503 problem with Retry-After: 1, never stored, so the key is released and a
+// retry after that second runs again.
 func Unavailable() Reply {
 	rep := problem(http.StatusServiceUnavailable, ProblemUnavailable, "Service unavailable",
-		"The database was busy and nothing was kept; retry it with the same Idempotency-Key after Retry-After seconds.")
+		"A database was busy or unreachable and nothing was kept; retry it with the same Idempotency-Key after Retry-After seconds.")
 	rep.Header.Set("Retry-After", "1")
 	return rep
 }
