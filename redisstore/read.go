@@ -21,7 +21,7 @@ var (
 // Lookup implements storage.Lookuper: one script run reads the key's hash and the Redis
 // server's clock, the one its leases run on.
 func (s *Store) Lookup(ctx context.Context, scope, key string) (*storage.Record, time.Time, error) {
-	res, err := lookupScript.Run(ctx, s.client, []string{s.Key(scope, key)}).Slice()
+	res, err := s.run(ctx, lookupScript, s.Key(scope, key), false).Slice()
 	if err != nil {
 		return nil, time.Time{}, classify(ctx, "look up", err)
 	}
