@@ -234,6 +234,7 @@ type fakeLock struct{}
 func (fakeLock) Context(ctx context.Context) context.Context { return ctx }
 func (fakeLock) RecoveryPoint() string                       { return storage.RecoveryStarted }
 func (fakeLock) TakenOver() bool                             { return false }
+func (fakeLock) Renew(context.Context) error                 { return nil }
 func (fakeLock) Phase(ctx context.Context, _ string, fn func(context.Context) error) error {
 	return fn(ctx)
 }
