@@ -145,6 +145,10 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 			"RetentionOnExpiredLease": "a fresh claim must not report TakenOver",
 		}},
 		{"no-fencing", map[string]string{"Fencing": "Phase of a lock whose lease was taken over"}},
+		{"no-renewal", map[string]string{
+			"RenewExtendsLease":   "Claim returned a Lock, want a Record",
+			"LongPhaseKeepsLease": "a twin while the phase runs (renewed lease): status",
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.flaw, func(t *testing.T) {
@@ -224,6 +228,8 @@ func (s *brokenStore) Claim(ctx context.Context, c storage.Claim) (storage.Lock,
 		return &keepingLock{Lock: lock, s: s, k: k}, nil, nil
 	case lock != nil && s.flaw == "no-fencing":
 		return unfencedLock{lock}, nil, nil
+	case lock != nil && s.flaw == "no-renewal":
+		return unrenewedLock{lock}, nil, nil
 	}
 	return lock, rec, err
 }
@@ -284,3 +290,8 @@ func (l unfencedLock) Release(ctx context.Context) error {
 	}
 	return nil
 }
+
+// unrenewedLock reports success for a renewal it never made.
+type unrenewedLock struct{ storage.Lock }
+
+func (unrenewedLock) Renew(context.Context) error { return nil }
