@@ -67,6 +67,9 @@ func (d dialect) harness(t *testing.T, opts ...gormstore.Option) storetest.Harne
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = p.Close() })
 			db := d.proxied(t, p.Addr())
+			sqlDB, err := db.DB()
+			require.NoError(t, err)
+			sqlDB.SetMaxOpenConns(4) // a stall test holds one or two: the servers are shared
 			return migrated(t, db, opts...), func() func() { p.Stall(); return p.Resume }
 		}
 	}

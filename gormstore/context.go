@@ -39,8 +39,8 @@ type holder struct {
 	tx    *gorm.DB // the transaction, as the store commits or rolls it back
 	owned *ownedTx // tx's connection pool as DB hands it to the handler; built on first use
 	err   error
-	open func() (*gorm.DB, error) // nil: fixed (atomic, WithTx) or ended
-	base *gorm.DB                 // carries errors back to the caller as a *gorm.DB
+	open  func() (*gorm.DB, error) // nil: fixed (atomic, WithTx) or ended
+	base  *gorm.DB                 // carries errors back to the caller as a *gorm.DB
 	// callers: a transaction the caller set with WithTx, which DB hands back as it is;
 	// otherwise the store's, which DB hands out with Commit and Rollback refused.
 	callers bool
