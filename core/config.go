@@ -47,7 +47,11 @@ type Config struct {
 	MinKeyLength int
 
 	// Lease is how long a phased claim holds the key before another request may take
-	// it over. Phase commits renew it. Default: 60s.
+	// it over. While the handler runs, its phases included, the engine renews it every
+	// Lease/3 (fenced by the lease token), and each phase commit renews it too, so a
+	// slow handler keeps its key: the lease runs out only when its worker stops (a crash,
+	// a database it cannot reach). A handler that never returns keeps its key; bound
+	// outbound calls with a deadline. Default: 60s.
 	Lease time.Duration
 
 	// LeaseWait is how long a duplicate waits for a live phased lease to finish (and
@@ -63,9 +67,10 @@ type Config struct {
 
 	// StoreTimeout bounds the store's own work for a request, so an unresponsive
 	// database gets a 503 instead of a request that hangs. The claim may take LockWait
-	// plus StoreTimeout; recording the outcome and releasing the key (which run even
-	// after the client hung up) take at most as long each. LockWait and StoreTimeout are
-	// the only timeouts: stores have none of their own. Default: 5s.
+	// plus StoreTimeout; recording the outcome, releasing the key (both run even after
+	// the client hung up, commit and rollback included) and each lease renewal take at
+	// most as long each (storage.Claim.Timeout, which every store enforces). The
+	// handler's own statements are not bounded by it. Default: 5s.
 	StoreTimeout time.Duration
 
 	// MaxRequestBody is the largest request body read; a larger one is a 413 problem
@@ -106,8 +111,9 @@ type Config struct {
 
 	// Logger gets one structured line (scope, key, method, path, the route when the
 	// router names one, each cut to its first 64 bytes, and the error) per non-happy
-	// outcome: Error for a store failure, a failed recording or a misconfiguration (an
-	// empty scope or one no store can hold, the middleware twice on a route); Warn for a key reused with another request
+	// outcome: Error for a store failure, a failed recording, a misconfiguration (an
+	// empty scope or one no store can hold, the middleware twice on a route) or a resumed
+	// operation that never reached its recorded recovery point (with the point); Warn for a key reused with another request
 	// (422) and a key that could not be released; Info for an answer of 409 in progress
 	// (a lost lease included) or 503 collision, and for a takeover of an expired lease
 	// (with the recovery point it resumes from); Debug for a released key (after a 5xx, a

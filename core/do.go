@@ -47,6 +47,10 @@ import (
 //     the error is returned wrapped, so a redelivery runs fn again. A panic in fn releases
 //     the ID too and is re-raised. A ctx cancelled before fn returned, or a result over
 //     MaxResponseBody, releases the ID and returns an error saying so.
+//   - A redelivery that resumed after a phase an earlier attempt committed, and whose fn
+//     returned without calling that phase (renamed or removed): an error wrapping
+//     ErrRecoveryPointUnreached; nothing is recorded and the ID keeps its recovery
+//     point, so a fixed deploy resumes after it.
 //   - The store failed or could not record the outcome: an error wrapping the store's
 //     (ErrTransient for a serialization failure: retry at once). Nothing ran unprotected;
 //     redeliver later.
@@ -108,12 +112,12 @@ func (e *Engine) doHeld(ctx context.Context, c *call, rec *storage.Record) ([]by
 func (e *Engine) doRun(ctx context.Context, c *call, lock storage.Lock, fn func(context.Context) ([]byte, error)) ([]byte, bool, error) {
 	e.observe(ctx, c, e.started(ctx, c, lock), 0, nil)
 
-	rn := newRun(ctx, c.Scope, c.Key, lock, nil)
+	rn := newRun(ctx, c.Scope, c.Key, lock, e.renewedLease(), nil)
 	var (
 		result []byte
 		ferr   error
 	)
-	e.guard(ctx, c, lock, func() { result, ferr = fn(lock.Context(rn)) })
+	e.guard(ctx, c, lock, &rn.op, func() { result, ferr = fn(lock.Context(rn)) })
 
 	rctx := context.WithoutCancel(ctx) // fn is done: recording must not be cut short
 	if err := interrupted(ctx, &rn.op); err != nil {
@@ -126,6 +130,11 @@ func (e *Engine) doRun(ctx context.Context, c *call, lock storage.Lock, fn func(
 	if ferr != nil {
 		e.observe(ctx, c, OutcomeRolledBack, 0, e.rolledBack(rctx, c, lock, ferr))
 		return nil, false, fmt.Errorf("idem: Do %q: %w", c.Key, ferr)
+	}
+	if err := rn.op.unreached(); err != nil {
+		err = e.cannotResume(rctx, c, lock, rn.op.resume, err)
+		e.observe(ctx, c, OutcomeRolledBack, 0, err)
+		return nil, false, fmt.Errorf("idem: Do %q: nothing was recorded: %w", c.Key, err)
 	}
 	if len(result) > e.cfg.MaxResponseBody {
 		err := fmt.Errorf("idem: Do %q: the result of %d bytes is over MaxResponseBody (%d); nothing was recorded", c.Key, len(result), e.cfg.MaxResponseBody)

@@ -322,7 +322,7 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c *call, lock s
 
 	rr := new(requestRun)
 	rn := &rr.run
-	rn.start(r.Context(), c.Scope, c.Key, lock, body)
+	rn.start(r.Context(), c.Scope, c.Key, lock, e.renewedLease(), body)
 	op := &rn.op
 	rr.req = *r.WithContext(lock.Context(rn)) // the copy WithContext makes stays on the stack
 	r2 := &rr.req
@@ -330,7 +330,7 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c *call, lock s
 		r2.Body = rn
 	}
 	buf := getBuffer()
-	e.guard(r.Context(), c, lock, func() { next(buf, r2) })
+	e.guard(r.Context(), c, lock, op, func() { next(buf, r2) })
 	defer putBuffer(buf)
 
 	// The context the outcome is recorded with: the handler's work is done, so a client
@@ -351,6 +351,12 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c *call, lock s
 		err := e.rolledBack(rctx, c, lock, fmt.Errorf("idem: status %d is not storable", status))
 		writeBuffer(w, buf)
 		e.observe(r.Context(), c, OutcomeRolledBack, status, err)
+		return
+	}
+	if err := op.unreached(); err != nil {
+		err = e.cannotResume(rctx, c, lock, op.resume, err)
+		e.problem(w, r, c, OutcomeRolledBack, e.newProblem(ProblemCannotResume,
+			fmt.Sprintf("An earlier attempt of this request completed the step %q, which the server no longer runs, so the request was not completed and nothing of this attempt was recorded. This is a server error: retry with the same key once it is fixed, and the request resumes after that step.", op.resume), err))
 		return
 	}
 	resp := e.recordable(buf)
@@ -388,10 +394,20 @@ func (e *Engine) started(ctx context.Context, c *call, lock storage.Lock) Outcom
 	return OutcomeTookOver
 }
 
-// guard runs f, the operation's work under lock; on a panic it releases the key, then
-// re-raises the panic (so a framework's recovery still answers).
-func (e *Engine) guard(ctx context.Context, c *call, lock storage.Lock, f func()) {
+// renewedLease is the lease the engine renews while an operation's work runs: the
+// configured Lease in phased mode; 0 (no lease, nothing to renew) in atomic mode.
+func (e *Engine) renewedLease() time.Duration {
+	if e.mode == ModePhased {
+		return e.cfg.Lease
+	}
+	return 0
+}
+
+// guard runs f, the operation's work under lock, then stops renewing the lease. On a panic
+// it releases the key, then re-raises the panic (so a framework's recovery still answers).
+func (e *Engine) guard(ctx context.Context, c *call, lock storage.Lock, op *Operation, f func()) {
 	defer func() {
+		op.endWork()
 		if p := recover(); p != nil {
 			err := e.rolledBack(context.WithoutCancel(ctx), c, lock, fmt.Errorf("idem: panicked: %v", p))
 			e.observe(ctx, c, OutcomeRolledBack, 0, err)
@@ -469,6 +485,18 @@ func (e *Engine) rolledBack(ctx context.Context, c *call, lock storage.Lock, cau
 	}
 	e.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "idem: released the key; a retry runs again", e.attrs(c, cause)...)
 	return cause
+}
+
+// cannotResume releases the key of an operation whose work never reached its recorded
+// recovery point (cause wraps ErrRecoveryPointUnreached): nothing is recorded, and the
+// release keeps the point, so a deploy that runs the phase again resumes after it. It
+// logs the error and returns it (with a failed release's) for the caller's answer.
+func (e *Engine) cannotResume(ctx context.Context, c *call, lock storage.Lock, point string, cause error) error {
+	err := withRelease(cause, e.release(ctx, c, lock))
+	e.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idem: the handler never reached the recovery point an earlier attempt recorded "+
+		"(a phase renamed or removed?); nothing was recorded and the key keeps its point for a deploy that runs that phase",
+		append(e.attrs(c, err), slog.String("recovery_point", point))...)
+	return err
 }
 
 // withRelease adds a failed release to err.

@@ -41,6 +41,15 @@ var (
 	// ErrInvalidConfig is wrapped by Config.Validate; the message names the field.
 	ErrInvalidConfig = errors.New("idem: invalid config")
 
+	// ErrRecoveryPointUnreached reports a resumed operation whose handler returned
+	// without calling the phase its earlier attempt recorded as done (a phase renamed or
+	// removed between deploys): the phases after it were skipped, so recording the
+	// outcome would record the operation as done with its work skipped. Nothing is
+	// recorded; the key is released with its recovery point kept, so a deploy that runs
+	// the phase again resumes after it. The client gets a 500 problem of kind
+	// ProblemCannotResume; Do returns it wrapped.
+	ErrRecoveryPointUnreached = errors.New("idem: the recorded recovery point was never reached")
+
 	// ErrInProgress reports that another request holds the key right now. The client
 	// gets 409 with Retry-After.
 	ErrInProgress = storage.ErrInProgress
@@ -64,4 +73,14 @@ var (
 	// ErrUnsupportedMode reports a mode the store cannot run, such as atomic mode on a
 	// store with no transaction to share; New wraps it in its ErrInvalidConfig.
 	ErrUnsupportedMode = storage.ErrUnsupportedMode
+
+	// ErrTxOwned is returned, wrapped, by Commit and Rollback of the transaction a store
+	// hands the handler (pgxstore.Tx, gormstore.DB): the store ends it, with the recorded
+	// response or after a failure.
+	ErrTxOwned = storage.ErrTxOwned
+
+	// ErrFinalTxOpen is returned, wrapped, by Operation.Phase in phased mode once the
+	// handler has opened the request's final transaction outside a phase: the phase does
+	// not run. Call the phases first, then write the rest.
+	ErrFinalTxOpen = storage.ErrFinalTxOpen
 )

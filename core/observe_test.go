@@ -96,7 +96,8 @@ func (l *scriptedLock) RecoveryPoint() string {
 	}
 	return storage.RecoveryStarted
 }
-func (l *scriptedLock) TakenOver() bool { return l.s.takenOver }
+func (l *scriptedLock) TakenOver() bool             { return l.s.takenOver }
+func (l *scriptedLock) Renew(context.Context) error { return nil }
 func (l *scriptedLock) Phase(ctx context.Context, _ string, fn func(context.Context) error) error {
 	return fn(ctx)
 }
@@ -210,7 +211,7 @@ func TestEachOutcomeIsOneEventAndOneLogLine(t *testing.T) {
 		{name: "release failed", store: &scriptedStore{releaseErr: errors.New("conn closed")},
 			handler: func(w http.ResponseWriter, _ *http.Request, _ func()) { w.WriteHeader(http.StatusBadGateway) },
 			events:  []want{{core.OutcomeClaimed, 0}, {core.OutcomeRolledBack, 502}}, line: &line{slog.LevelWarn, "releasing the key failed", "conn closed"}},
-		{name: "took over", store: &scriptedStore{takenOver: true},
+		{name: "took over", store: &scriptedStore{takenOver: true}, handler: resumeCharged,
 			events: []want{{core.OutcomeTookOver, 0}, {core.OutcomeCompleted, 201}}, line: &line{slog.LevelInfo, "took over", ""}},
 	}
 	for _, tc := range cases {
@@ -285,11 +286,22 @@ func TestEachOutcomeIsOneEventAndOneLogLine(t *testing.T) {
 func TestTakeoverLineNamesTheRecoveryPoint(t *testing.T) {
 	t.Parallel()
 	var logs records
-	hs := newHarness(t, core.Config{Store: &scriptedStore{takenOver: true}, Logger: slog.New(&logs)}, nil)
+	hs := newHarness(t, core.Config{Store: &scriptedStore{takenOver: true}, Logger: slog.New(&logs)},
+		func(w http.ResponseWriter, r *http.Request) { resumeCharged(w, r, nil) })
 	hs.do(http.MethodPost, "k", orderJSON)
 	rs := logs.take()
 	require.Len(t, rs, 1)
 	assert.Equal(t, "charged", attrsOf(rs[0])["recovery_point"])
+}
+
+// resumeCharged is a handler resuming after the phase "charged" that scriptedStore's
+// takeover reports: it calls that phase (skipped) and answers 201.
+func resumeCharged(w http.ResponseWriter, r *http.Request, _ func()) {
+	if err := core.OperationFrom(r.Context()).Phase(r.Context(), "charged", nil); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(http.StatusCreated)
 }
 
 // TestJoinHooksCallsEach: JoinHooks passes each event to every hook, skipping nil ones,

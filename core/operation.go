@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/idemkit/idem/core/storage"
 )
@@ -23,6 +24,7 @@ type Operation struct {
 	point    string // last committed recovery point
 	resume   string // recovery point to resume after; "" once reached
 	leaseErr error
+	renewal  *renewal // phased mode: renews the lease while the work runs; nil otherwise
 }
 
 // run is the per-request state of an executing operation, in one allocation: the
@@ -41,20 +43,48 @@ type requestRun struct {
 	req http.Request
 }
 
-func newRun(parent context.Context, scope, key string, lock storage.Lock, body []byte) *run {
+func newRun(parent context.Context, scope, key string, lock storage.Lock, lease time.Duration, body []byte) *run {
 	rn := new(run)
-	rn.start(parent, scope, key, lock, body)
+	rn.start(parent, scope, key, lock, lease, body)
 	return rn
 }
 
-// start makes rn the state of an operation that runs under lock.
-func (rn *run) start(parent context.Context, scope, key string, lock storage.Lock, body []byte) {
+// start makes rn the state of an operation that runs under lock. A positive lease (phased
+// mode) starts renewing it; endWork stops that.
+func (rn *run) start(parent context.Context, scope, key string, lock storage.Lock, lease time.Duration, body []byte) {
 	rn.Context = parent
 	rn.op = Operation{key: key, scope: scope, lock: lock, point: lock.RecoveryPoint()}
 	if rn.op.point != storage.RecoveryStarted {
 		rn.op.resume = rn.op.point
 	}
+	if lease > 0 {
+		rn.op.renewal = startRenewal(parent, lock, lease)
+	}
 	rn.body.Reset(body)
+}
+
+// endWork stops renewing the lease once the operation's work has returned, before its
+// outcome is recorded or its key released; a renewal that found the lease taken over
+// counts as a phase that did (leaseErr).
+func (o *Operation) endWork() {
+	if o.renewal == nil {
+		return
+	}
+	if err := o.renewal.stop(); err != nil && o.leaseErr == nil {
+		o.leaseErr = err
+	}
+	o.renewal = nil
+}
+
+// unreached returns an error wrapping ErrRecoveryPointUnreached when the operation
+// resumed after a recovery point that its work never reached: no phase of that name
+// ran, so every later phase was skipped.
+func (o *Operation) unreached() error {
+	if o.resume == "" {
+		return nil
+	}
+	return fmt.Errorf("%w: an earlier attempt committed phase %q, and this one returned without calling it "+
+		"(renamed or removed?), so every phase after it was skipped", ErrRecoveryPointUnreached, o.resume)
 }
 
 // Value answers the Operation for its key and defers everything else to the parent.
@@ -120,16 +150,31 @@ func (o *Operation) ScopedDerivedKey(suffix string) string {
 	return hex.EncodeToString(sum[:8]) + ":" + o.key + ":" + suffix
 }
 
-// Phase runs fn as the named phase and records name as the recovery point.
+// Phase runs fn as the named phase and records name as the recovery point. If fn returns
+// an error, Phase returns it wrapped and keeps none of fn's writes through the store's
+// transaction, in either mode.
 //
 // In phased mode fn runs in a transaction of its own (the store's getter, such as
 // pgxstore.Tx or gormstore.DB, returns it from the ctx fn receives) that commits together
 // with the new recovery point, fenced by the lease: if another worker took the key over,
 // nothing commits and Phase returns an error wrapping ErrLeaseLost (return it; the engine
-// answers 409). A phase that committed in an earlier attempt is skipped when the
-// operation resumes, so handlers must call their phases in the same order every time and
-// read what a skipped phase produced from the database. In atomic mode fn simply runs in
-// the request's transaction.
+// answers 409). While the handler runs, its phases included, the engine renews the lease
+// every Config.Lease/3, so a slow phase keeps the key; a renewal that finds the lease
+// taken over makes the next phase commit nothing and return ErrLeaseLost. Phases come
+// before the handler's final writes: once the handler has opened the request's final
+// transaction (the getter called outside a phase), Phase returns an error wrapping
+// ErrFinalTxOpen and fn does not run.
+//
+// A phase that committed in an earlier attempt is skipped when the operation resumes,
+// together with every phase before it, so handlers must call their phases in the same
+// order every time and read what a skipped phase produced from the database. A resumed
+// handler that returns without calling the recorded phase at all (a phase renamed or
+// removed between deploys) is not recorded: the client gets a 500 problem of kind
+// ProblemCannotResume naming the phase, the logger an error, and the key keeps its
+// recovery point, so a deploy that calls the phase again resumes after it.
+//
+// In atomic mode fn runs in the request's transaction under a savepoint: if fn fails,
+// its writes are rolled back and the request's earlier writes stay.
 func (o *Operation) Phase(ctx context.Context, name string, fn func(ctx context.Context) error) error {
 	if name == "" || name == storage.RecoveryStarted {
 		return fmt.Errorf("idem: phase name %q is reserved", name)
@@ -140,7 +185,20 @@ func (o *Operation) Phase(ctx context.Context, name string, fn func(ctx context.
 		}
 		return nil
 	}
-	if err := o.lock.Phase(ctx, name, fn); err != nil {
+	run := fn
+	if fn == nil {
+		run = func(context.Context) error { return nil }
+	}
+	if o.renewal != nil {
+		do := run
+		run = func(ctx context.Context) error {
+			if err := do(ctx); err != nil {
+				return err
+			}
+			return o.renewal.lost() // the lease was lost while fn ran: commit nothing
+		}
+	}
+	if err := o.lock.Phase(ctx, name, run); err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			o.leaseErr = err
 		}

@@ -32,6 +32,7 @@ const (
 	ProblemNotRecorded      ProblemKind = "not-recorded"       // 503 + Retry-After: the outcome was not recorded
 	ProblemResponseTooLarge ProblemKind = "response-too-large" // 410: completed once, its response too large to keep; never retry
 	ProblemMisconfigured    ProblemKind = "misconfigured"      // 500: the server's idempotency setup is wrong
+	ProblemCannotResume     ProblemKind = "cannot-resume"      // 500: the recorded recovery point is one the handler no longer reaches
 )
 
 // kinds holds each kind's status and title, the one place they are defined.
@@ -57,6 +58,7 @@ var kinds = map[ProblemKind]struct {
 	ProblemNotRecorded:      {http.StatusServiceUnavailable, "Outcome not recorded"},
 	ProblemResponseTooLarge: {http.StatusGone, "Response not replayable"},
 	ProblemMisconfigured:    {http.StatusInternalServerError, "Server misconfigured"},
+	ProblemCannotResume:     {http.StatusInternalServerError, "Operation cannot resume"},
 }
 
 // Status is the HTTP status the kind is sent with.

@@ -1,13 +1,21 @@
 package gormstore_test
 
 import (
+	"context"
 	"database/sql"
+	"net/url"
 	"testing"
 
+	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
+	"gorm.io/driver/mysql"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
 
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/gormstore"
+	"github.com/idemkit/idem/internal/testdb"
 )
 
 // TestConformance runs core/storetest on each dialect at the database's default
@@ -17,7 +25,7 @@ func TestConformance(t *testing.T) {
 	for _, d := range dialects {
 		t.Run(d.name, func(t *testing.T) {
 			t.Parallel()
-			storetest.Run(t, d.newStores(t))
+			storetest.RunHarness(t, d.harness(t))
 		})
 	}
 }
@@ -27,7 +35,7 @@ func TestConformance(t *testing.T) {
 func TestConformanceIsolation(t *testing.T) {
 	t.Run("postgres/"+sql.LevelRepeatableRead.String(), func(t *testing.T) {
 		t.Parallel()
-		storetest.Run(t, dialects[0].newStores(t, gormstore.WithIsolation(sql.LevelRepeatableRead)))
+		storetest.RunHarness(t, dialects[0].harness(t, gormstore.WithIsolation(sql.LevelRepeatableRead)))
 	})
 }
 
@@ -39,8 +47,106 @@ func TestConformanceIsolation(t *testing.T) {
 func TestConformanceRowFirst(t *testing.T) {
 	t.Run("postgres/"+sql.LevelReadCommitted.String(), func(t *testing.T) {
 		t.Parallel()
-		stores := dialects[0].newStores(t, gormstore.WithClaimRowFirst(), gormstore.WithIsolation(sql.LevelReadCommitted))
-		require.NotNil(t, stores)
-		storetest.Run(t, stores)
+		storetest.RunHarness(t, dialects[0].harness(t, gormstore.WithClaimRowFirst(), gormstore.WithIsolation(sql.LevelReadCommitted)))
 	})
+}
+
+// harness is storetest's Harness for d: each subject a migrated store with a key table
+// and an orders table of its own, reached through gormstore.DB; on PostgreSQL and MariaDB
+// a store behind a fault proxy for the stall tests. (SQLite is a file in the process:
+// nothing between the store and it can stop answering.)
+func (d dialect) harness(t *testing.T, opts ...gormstore.Option) storetest.Harness {
+	newStores := d.newStores(t, opts...)
+	h := storetest.Harness{New: func(t *testing.T) storetest.Subject {
+		store, db := newStores(t)
+		return storetest.Subject{Store: store, Tx: ordersTx(t, db)}
+	}}
+	if d.proxied != nil {
+		h.Stalling = func(t *testing.T) (storage.Store, func() func()) {
+			p, err := d.proxyListen()
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = p.Close() })
+			db := d.proxied(t, p.Addr())
+			sqlDB, err := db.DB()
+			require.NoError(t, err)
+			sqlDB.SetMaxOpenConns(4) // a stall test holds one or two: the servers are shared
+			return migrated(t, db, opts...), func() func() { p.Stall(); return p.Resume }
+		}
+	}
+	return h
+}
+
+// ordersTx is storetest's TxHooks on a fresh orders table of db: rows written through
+// gormstore.DB, committed ones counted on db.
+func ordersTx(t *testing.T, db *gorm.DB) *storetest.TxHooks {
+	table := testdb.Name("orders")
+	require.NoError(t, db.Table(table).AutoMigrate(&order{}), "migrate the orders table")
+	return &storetest.TxHooks{
+		Write: func(ctx context.Context, label string) error {
+			tx, err := gormstore.DBSafely(ctx)
+			if err != nil {
+				return err
+			}
+			return tx.Table(table).Create(&order{Ref: label}).Error
+		},
+		Count: func(ctx context.Context, label string) (int, error) {
+			var n int64
+			err := db.WithContext(ctx).Table(table).Where("ref = ?", label).Count(&n).Error
+			return int(n), err
+		},
+		Commit: func(ctx context.Context) error {
+			tx, err := gormstore.DBSafely(ctx)
+			if err != nil {
+				return err
+			}
+			return tx.Commit().Error
+		},
+		Rollback: func(ctx context.Context) error {
+			tx, err := gormstore.DBSafely(ctx)
+			if err != nil {
+				return err
+			}
+			return tx.Rollback().Error
+		},
+	}
+}
+
+// openPostgresAt opens a fresh PostgreSQL schema through the server address addr (a
+// proxy's).
+func openPostgresAt(t testing.TB, addr string) *gorm.DB {
+	t.Helper()
+	raw, _ := testdb.PostgresSchema(t)
+	u, err := url.Parse(raw)
+	require.NoError(t, err)
+	u.Host = addr
+	return finish(t, postgres.Open(u.String()))
+}
+
+// openMySQLAt opens a fresh MariaDB database through the server address addr (a
+// proxy's).
+func openMySQLAt(t testing.TB, addr string) *gorm.DB {
+	t.Helper()
+	dsn, _ := testdb.MySQLDatabase(t)
+	cfg, err := gomysql.ParseDSN(dsn)
+	require.NoError(t, err)
+	cfg.Addr = addr
+	return finish(t, mysql.Open(cfg.FormatDSN()))
+}
+
+// postgresServer returns the host:port of the PostgreSQL server tests use.
+func postgresServer() string {
+	u, err := url.Parse(testdb.PostgresURL())
+	if err != nil {
+		panic(err)
+	}
+	return u.Host
+}
+
+// mysqlServer returns the host:port of the MariaDB server tests use.
+func mysqlServer() string {
+	cfg, err := gomysql.ParseDSN(testdb.MySQLDSN())
+	if err != nil {
+		panic(err)
+	}
+	return cfg.Addr
 }

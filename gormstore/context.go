@@ -2,11 +2,14 @@ package gormstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
 
 	"gorm.io/gorm"
+
+	"github.com/idemkit/idem/core/storage"
 )
 
 // ErrNoTx is returned by DBSafely when the context carries no transaction: the
@@ -17,42 +20,77 @@ var ErrNoTx = errors.New("gormstore: no transaction in context")
 // errEnded reports use of a transaction after its lock was completed or released.
 var errEnded = errors.New("gormstore: the request's transaction has ended (completed or released)")
 
+// ErrTxOwned is the error of Commit and Rollback on the *gorm.DB that DB returns for a
+// keyed request (DB(ctx).Commit().Error): the store commits the request's transaction
+// together with the recorded response, or rolls it back when the request fails, so the
+// handler cannot end it; the refused call ends nothing. Answer with an error status (5xx)
+// to roll back. Nested transactions (DB(ctx).Transaction, savepoints) are the handler's
+// own. A transaction set with WithTx is the caller's: DB hands it back as it is. It wraps
+// storage.ErrTxOwned (core.ErrTxOwned), which every store's refusal wraps.
+var ErrTxOwned = fmt.Errorf("gormstore: the idempotency transaction is committed by the store with the response; "+
+	"do not Commit or Rollback it in the handler: %w", storage.ErrTxOwned)
+
 type ctxKey struct{}
 
 // holder is what the context carries: a transaction, or the means to open one on first
 // use (phased mode), shared by every DB call on contexts derived from it.
 type holder struct {
-	mu   sync.Mutex
-	tx   *gorm.DB
-	err  error
-	open func() (*gorm.DB, error) // nil: fixed (atomic, WithTx) or ended
-	base *gorm.DB                 // carries errors back to the caller as a *gorm.DB
+	mu    sync.Mutex
+	tx    *gorm.DB // the transaction, as the store commits or rolls it back
+	owned *ownedTx // tx's connection pool as DB hands it to the handler; built on first use
+	err   error
+	open  func() (*gorm.DB, error) // nil: fixed (atomic, WithTx) or ended
+	base  *gorm.DB                 // carries errors back to the caller as a *gorm.DB
+	// callers: a transaction the caller set with WithTx, which DB hands back as it is;
+	// otherwise the store's, which DB hands out with Commit and Rollback refused.
+	callers bool
 }
 
-// get returns the transaction, opening it first if it is lazy.
-func (h *holder) get() (*gorm.DB, error) {
+// get returns the transaction, opening it first if it is lazy, and the connection pool
+// the handler's *gorm.DB uses instead of tx's own (nil for a WithTx transaction, handed
+// back as it is): an ownedTx, whose Commit and Rollback are refused.
+func (h *holder) get() (*gorm.DB, gorm.ConnPool, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
 	case h.tx != nil:
-		return h.tx, nil
 	case h.err != nil:
-		return nil, h.err
+		return nil, nil, h.err
 	case h.open == nil:
-		return nil, errEnded
+		return nil, nil, errEnded
+	default:
+		if h.tx, h.err = h.open(); h.err != nil {
+			return nil, nil, h.err
+		}
 	}
-	h.tx, h.err = h.open()
-	return h.tx, h.err
+	if h.callers {
+		return h.tx, nil, nil
+	}
+	if h.owned == nil {
+		inner, ok := h.tx.Statement.ConnPool.(gorm.Tx)
+		if !ok {
+			return h.tx, nil, nil // not a transaction: nothing to refuse
+		}
+		h.owned = &ownedTx{Tx: inner, db: h.tx}
+	}
+	return h.tx, h.owned, nil
 }
 
-// take hands the open transaction (nil if none) to the caller; the next get opens a
-// new one.
-func (h *holder) take() *gorm.DB {
+// handlerDB returns tx bound to ctx as the handler gets it: on its own Statement (as
+// WithContext makes), with pool, when not nil, as its connection pool.
+func handlerDB(ctx context.Context, tx *gorm.DB, pool gorm.ConnPool) *gorm.DB {
+	db := tx.WithContext(ctx) // a Session with a Context: a Statement of its own
+	if pool != nil {
+		db.Statement.ConnPool = pool
+	}
+	return db
+}
+
+// isOpen reports whether the holder holds a transaction opened on first use.
+func (h *holder) isOpen() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	tx := h.tx
-	h.tx, h.err = nil, nil
-	return tx
+	return h.tx != nil && h.open != nil
 }
 
 // end hands the open transaction (nil if none) to the caller, and makes every later get
@@ -61,9 +99,34 @@ func (h *holder) end() *gorm.DB {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	tx := h.tx
-	h.tx, h.open, h.err = nil, nil, errEnded
+	h.tx, h.owned, h.open, h.err = nil, nil, nil, errEnded
 	return tx
 }
+
+// ownedTx is the connection pool of the *gorm.DB that DB hands the handler for a
+// transaction the store ends: Commit and Rollback return ErrTxOwned and send nothing;
+// everything else goes to the transaction's own pool (the transaction, or the txGuard in
+// front of it). gorm's Transaction on it still nests with savepoints, since it is a
+// gorm.TxCommitter.
+type ownedTx struct {
+	gorm.Tx
+	db *gorm.DB // the store's transaction, for GetDBConn
+}
+
+var (
+	_ gorm.Tx             = (*ownedTx)(nil)
+	_ gorm.GetDBConnector = (*ownedTx)(nil)
+)
+
+// Commit implements gorm.TxCommitter: refused, nothing is sent.
+func (t *ownedTx) Commit() error { return ErrTxOwned }
+
+// Rollback implements gorm.TxCommitter: refused, nothing is sent.
+func (t *ownedTx) Rollback() error { return ErrTxOwned }
+
+// GetDBConn implements gorm.GetDBConnector, so that DB(ctx).DB() returns the pool, as it
+// does on a plain GORM transaction.
+func (t *ownedTx) GetDBConn() (*sql.DB, error) { return t.db.DB() }
 
 // WithTx returns ctx carrying tx, so that code written for handlers, which reaches its
 // transaction with DB(ctx), also runs inside a transaction the caller already has
@@ -79,7 +142,7 @@ func WithTx(ctx context.Context, tx *gorm.DB) context.Context {
 	if tx == nil {
 		panic("gormstore: WithTx with a nil *gorm.DB")
 	}
-	return context.WithValue(ctx, ctxKey{}, &holder{tx: tx, base: tx})
+	return context.WithValue(ctx, ctxKey{}, &holder{tx: tx, base: tx, callers: true})
 }
 
 // DB returns the transaction of the request ctx belongs to, bound to ctx: the
@@ -88,8 +151,12 @@ func WithTx(ctx context.Context, tx *gorm.DB) context.Context {
 // runs them (phased mode, inside Lock.Phase / core.Operation.Phase).
 //
 // In phased mode, outside a phase, the transaction opens on the first call and commits
-// when the response is recorded; if a phase starts while it is open, it becomes that
-// phase's transaction and commits with it, so a request never holds two connections.
+// when the response is recorded; a phase started after that is refused
+// (storage.ErrFinalTxOpen), so call the phases first.
+//
+// The store ends the transaction: Commit and Rollback on the returned *gorm.DB fail with
+// ErrTxOwned and end nothing (answer with a 5xx to roll back). A transaction set with
+// WithTx is returned as it is.
 //
 // If that transaction cannot be opened, the returned *gorm.DB carries the error in its
 // Error field, as GORM does, and every operation on it fails with that error. Once the
@@ -107,13 +174,13 @@ func DB(ctx context.Context) *gorm.DB {
 		panic(fmt.Sprintf("%v: gormstore.DB needs the context of a request handled by the idem middleware with a key, "+
 			"or one made by gormstore.WithTx; use gormstore.DBSafely where there may be none", ErrNoTx))
 	}
-	tx, err := h.get()
+	tx, pool, err := h.get()
 	if err != nil {
 		db := h.base.WithContext(ctx)
 		_ = db.AddError(err)
 		return db
 	}
-	return tx.WithContext(ctx)
+	return handlerDB(ctx, tx, pool)
 }
 
 // DBSafely is DB returning an error instead of panicking: ErrNoTx when ctx
@@ -123,9 +190,9 @@ func DBSafely(ctx context.Context) (*gorm.DB, error) {
 	if !ok {
 		return nil, ErrNoTx
 	}
-	tx, err := h.get()
+	tx, pool, err := h.get()
 	if err != nil {
 		return nil, err
 	}
-	return tx.WithContext(ctx), nil
+	return handlerDB(ctx, tx, pool), nil
 }

@@ -44,9 +44,23 @@
 // calls DB and committed together with the new recovery point and a renewed lease, fenced
 // by the token: after a takeover the stale worker's phase, completion and release change
 // nothing and fail with storage.ErrLeaseLost. Outside phases, DB opens the request's final
-// transaction on first use and Complete commits it with the response; if a phase starts
-// while it is open, it becomes that phase's transaction. A request never holds two
-// connections. Phases do not nest.
+// transaction on first use and Complete commits it with the response. Phases come first:
+// once the final transaction is open, a phase is refused with storage.ErrFinalTxOpen (its
+// function does not run), so a request never holds two connections and never commits its
+// final writes with a phase. Phases do not nest. While the handler runs, the engine renews
+// the lease (Lock.Renew: an UPDATE on a connection of its own; on SQLite it waits for the
+// write lock that an open phase or final transaction holds).
+//
+// In either mode the handler cannot end the request's transaction: Commit and Rollback
+// on what DB returns fail with ErrTxOwned and send nothing (DB(ctx).Transaction nests
+// with savepoints, as GORM does in a transaction). In atomic mode a phase's function runs
+// under a savepoint: if it fails, its writes are rolled back and the request's earlier
+// ones stay.
+//
+// Complete and Release are bounded by storage.Claim.Timeout (core.Config.StoreTimeout),
+// their COMMIT or ROLLBACK included: database/sql runs those without a context, so the
+// store waits for them at most that long, then returns an error and lets the call finish
+// (or the connection break) in the background.
 //
 // # PostgreSQL
 //

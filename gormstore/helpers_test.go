@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
+	"github.com/idemkit/idem/internal/reliability"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -31,11 +32,17 @@ type dialect struct {
 	// perStore: every store gets a database of its own (SQLite: a file, since its writers
 	// serialize on the whole file); otherwise stores share one and get their own table.
 	perStore bool
+	// proxied opens a fresh database through the server address addr (a fault proxy's),
+	// and proxyListen starts such a proxy; nil for SQLite, which has no server.
+	proxied     func(t testing.TB, addr string) *gorm.DB
+	proxyListen func() (*reliability.Proxy, error)
 }
 
 var dialects = []dialect{
-	{name: "postgres", open: openPostgres},
-	{name: "mysql", open: openMySQL},
+	{name: "postgres", open: openPostgres, proxied: openPostgresAt,
+		proxyListen: func() (*reliability.Proxy, error) { return reliability.Listen(postgresServer()) }},
+	{name: "mysql", open: openMySQL, proxied: openMySQLAt,
+		proxyListen: func() (*reliability.Proxy, error) { return reliability.ListenMySQL(mysqlServer()) }},
 	{name: "sqlite", open: openSQLite, perStore: true},
 }
 
@@ -75,19 +82,19 @@ func finish(t testing.TB, dialector gorm.Dialector) *gorm.DB {
 	return db
 }
 
-// newStores returns storetest's newStore for d: each call a migrated store with a table
-// of its own.
-func (d dialect) newStores(t *testing.T, opts ...gormstore.Option) func(t *testing.T) storage.Store {
+// newStores returns a maker of stores for d: each call a migrated store with a table of
+// its own, and the database it is on.
+func (d dialect) newStores(t *testing.T, opts ...gormstore.Option) func(t *testing.T) (storage.Store, *gorm.DB) {
 	var shared *gorm.DB
 	if !d.perStore {
 		shared = d.open(t)
 	}
-	return func(t *testing.T) storage.Store {
+	return func(t *testing.T) (storage.Store, *gorm.DB) {
 		db := shared
 		if db == nil {
 			db = d.open(t)
 		}
-		return migrated(t, db, opts...)
+		return migrated(t, db, opts...), db
 	}
 }
 

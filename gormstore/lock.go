@@ -11,10 +11,6 @@ import (
 	"gorm.io/gorm"
 )
 
-// releaseTimeout bounds the statements of a phased Release, which runs even when the
-// request's context has ended.
-const releaseTimeout = 5 * time.Second
-
 // lock is a claimed key: storage.Lock for both modes.
 type lock struct {
 	s          *Store
@@ -36,7 +32,8 @@ type lock struct {
 	own          holder  // held, when the claim made it with the lock (one allocation)
 	ended        bool
 	inPhase      bool
-	timeout      time.Duration // bounds Complete's statement (storage.Claim.Timeout)
+	savepoints   int           // atomic: how many phases set one, for their names
+	timeout      time.Duration // bounds Complete, Release and Renew (storage.Claim.Timeout)
 	// cancelTx ends the context the atomic transaction began with, once it is over.
 	cancelTx context.CancelFunc
 }
@@ -103,30 +100,30 @@ func fenced(ctx context.Context, op string, res *gorm.DB) error {
 }
 
 // Phase implements storage.Lock.Phase. In phased mode fn's transaction opens on its first
-// DB call (or is the request's transaction, if the handler opened that before the
-// phase); if fn never uses it, the new recovery point commits on its own.
+// DB call; if fn never uses it, the new recovery point commits on its own. Once the
+// handler has opened the request's final transaction, Phase refuses to start
+// (storage.ErrFinalTxOpen): a phase of its own would need a second connection, and one
+// that took the final transaction over would commit the writes made before it, which a
+// retry resuming after the phase runs again. In atomic mode fn runs in the claim's
+// transaction under a savepoint, set when fn first calls DB: if fn fails, the transaction
+// rolls back to it.
 func (l *lock) Phase(ctx context.Context, point string, fn func(ctx context.Context) error) (err error) {
 	switch {
 	case l.ended:
 		return fmt.Errorf("gormstore: phase %q: %w", point, errEnded)
 	case l.inPhase:
 		return fmt.Errorf("gormstore: phase %q: phases do not nest", point)
+	case l.mode == storage.ModePhased && l.held != nil && l.held.isOpen():
+		return fmt.Errorf("gormstore: phase %q: %w", point, storage.ErrFinalTxOpen)
 	}
 	l.inPhase = true
 	defer func() { l.inPhase = false }()
 
 	if l.mode == storage.ModeAtomic {
-		if err := fn(context.WithValue(ctx, ctxKey{}, l.held)); err != nil {
-			return err
-		}
-		l.point = point // recorded by Complete, in the same transaction
-		return nil
+		return l.atomicPhase(ctx, point, fn)
 	}
 
 	h := &holder{base: l.s.db, open: func() (*gorm.DB, error) { return l.open(ctx, "phase "+point) }}
-	if l.held != nil {
-		h.tx = l.held.take()
-	}
 	defer func() {
 		if p := recover(); p != nil {
 			if tx := h.end(); tx != nil {
@@ -165,9 +162,86 @@ func (l *lock) Phase(ctx context.Context, point string, fn func(ctx context.Cont
 	return nil
 }
 
+// atomicPhase runs fn in the claim's transaction, under a savepoint set when fn first asks
+// for the transaction (a phase that writes nothing costs no round trip); if fn fails, the
+// transaction rolls back to it, and the request's earlier writes stay.
+func (l *lock) atomicPhase(ctx context.Context, point string, fn func(ctx context.Context) error) error {
+	l.savepoints++
+	name := fmt.Sprintf("idem_phase_%d", l.savepoints)
+	sp := &holder{base: l.s.db, open: func() (*gorm.DB, error) {
+		if err := l.tx.WithContext(ctx).Exec("SAVEPOINT " + name).Error; err != nil {
+			return nil, wrap(ctx, "phase "+point+": savepoint", err)
+		}
+		return l.tx, nil
+	}}
+	err := fn(context.WithValue(ctx, ctxKey{}, sp))
+	if tx := sp.end(); tx != nil && err != nil {
+		if rerr := tx.WithContext(ctx).Exec("ROLLBACK TO SAVEPOINT " + name).Error; rerr != nil {
+			return errors.Join(err, wrap(ctx, "phase "+point+": roll back to its savepoint", rerr))
+		}
+	}
+	if err != nil {
+		return err
+	}
+	l.point = point // recorded by Complete, in the same transaction
+	return nil
+}
+
+// Renew implements storage.Lock.Renew: in phased mode one UPDATE of the lease, fenced by
+// the token, on its own connection (never the handler's transaction), bounded by the
+// claim's timeout. It reads only what the lock was claimed with, so it may run on another
+// goroutine while the handler runs. On SQLite it waits for the write lock, which an open
+// phase or final transaction holds. In atomic mode it does nothing.
+func (l *lock) Renew(ctx context.Context) error {
+	if l.mode == storage.ModeAtomic {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.bound())
+	defer cancel()
+	leaseSQL, leaseArgs := l.s.plusSQL(l.s.clock(), l.lease)
+	res := l.s.db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET locked_until = "+leaseSQL+
+		" WHERE scope = ? AND idem_key = ? AND lease_token = ? AND state = ?", append(leaseArgs, l.scope, l.key, l.token, string(storage.StateStarted))...)
+	return fenced(ctx, "renew", res)
+}
+
+// bound is what bounds each of Complete, Release and Renew: the claim's timeout, or
+// storage.DefaultTimeout when it set none.
+func (l *lock) bound() time.Duration {
+	if l.timeout > 0 {
+		return l.timeout
+	}
+	return storage.DefaultTimeout
+}
+
+// finish commits (or rolls back) tx within ctx's deadline. database/sql's Commit and
+// Rollback take no context, and MySQL's driver watches none while they run, so they run
+// on a goroutine of their own: if ctx ends first, finish cancels the transaction's own
+// context where it has one (cancelTx: the atomic claim's, which makes pgx give the call
+// up) and returns ctx's error; the call then ends when the database answers or the
+// connection breaks, and its outcome is unknown to the caller (as for any commit whose
+// answer was lost).
+func finish(ctx context.Context, end func() error, cancelTx context.CancelFunc) error {
+	done := make(chan error, 1)
+	go func() { done <- end() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		select {
+		case err := <-done: // it answered just in time
+			return err
+		default:
+		}
+		if cancelTx != nil {
+			cancelTx()
+		}
+		return fmt.Errorf("%w: the database did not answer in time; the outcome of the transaction's end is unknown", context.Cause(ctx))
+	}
+}
+
 // Complete implements storage.Lock.Complete: one UPDATE fenced by the token, in the claim's
 // transaction (atomic), in the request's transaction if the handler opened one
-// (phased), or on its own; then the commit.
+// (phased), or on its own; then the commit. The whole is bounded by the claim's timeout.
 func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	if l.mode == storage.ModeAtomic {
 		defer func() {
@@ -196,13 +270,9 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	if tx != nil {
 		db = tx
 	}
-	// The engine's ctx is never cancelled: bound the statement here. (database/sql's
-	// Commit takes no context; the transaction's own context still applies to it.)
-	if l.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.timeout)
-		defer cancel()
-	}
+	// The engine's ctx is never cancelled: bound the statement and the commit here.
+	ctx, cancel := context.WithTimeout(ctx, l.bound())
+	defer cancel()
 
 	if l.pending {
 		return l.record(ctx, tx, r)
@@ -216,7 +286,7 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 		" WHERE scope = ? AND idem_key = ? AND lease_token = ?", args...)
 	if err := fenced(ctx, "complete", res); err != nil {
 		if tx != nil {
-			tx.Rollback()
+			l.rollback(ctx, tx)
 		}
 		if l.mode == storage.ModeAtomic && res.Error == nil {
 			// No lease to lose: the claim's own transaction holds the row, so it is gone
@@ -227,7 +297,7 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 		return err
 	}
 	if tx != nil {
-		if err := tx.Commit().Error; err != nil {
+		if err := l.commit(ctx, tx); err != nil {
 			return wrap(ctx, "complete: commit", err)
 		}
 	}
@@ -235,29 +305,47 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	return nil
 }
 
+// commit commits tx, the claim's or the request's final transaction, within ctx's
+// deadline (finish).
+func (l *lock) commit(ctx context.Context, tx *gorm.DB) error {
+	return finish(ctx, func() error { return tx.Commit().Error }, l.cancelTx)
+}
+
+// rollback rolls tx back within ctx's deadline (finish); its error is the caller's to
+// report or not.
+func (l *lock) rollback(ctx context.Context, tx *gorm.DB) error {
+	err := finish(ctx, func() error { return tx.Rollback().Error }, l.cancelTx)
+	if errors.Is(err, sql.ErrTxDone) {
+		return nil
+	}
+	return err
+}
+
 // Release implements storage.Lock.Release. After a failed Complete it is a no-op in atomic
 // mode (the transaction is gone) and, in phased mode, gives the key up if the lease is
-// still this lock's. In phased mode its statements run even when ctx has ended (bounded
-// by releaseTimeout): giving the key up is cleanup.
+// still this lock's. Its statements run even when ctx has ended (giving the key up is
+// cleanup), bounded by the claim's timeout, the rollback included.
 func (l *lock) Release(ctx context.Context) error {
 	defer l.endTx()
 	if l.ended {
 		return nil
 	}
 	l.ended = true
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.bound())
+	defer cancel()
 	if l.mode == storage.ModeAtomic {
 		l.held.end()
-		if err := l.tx.Rollback().Error; err != nil && !errors.Is(err, sql.ErrTxDone) {
+		if err := l.rollback(ctx, l.tx); err != nil {
 			return wrap(ctx, "release", err)
 		}
 		return nil
 	}
 
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	defer cancel()
 	if l.held != nil {
 		if tx := l.held.end(); tx != nil {
-			tx.Rollback()
+			if err := l.rollback(ctx, tx); err != nil && ctx.Err() != nil {
+				return wrap(ctx, "release: roll back", err)
+			}
 		}
 	}
 	const where = " WHERE scope = ? AND idem_key = ? AND lease_token = ?"
@@ -271,7 +359,8 @@ func (l *lock) Release(ctx context.Context) error {
 		}
 		// Not deleted: taken over, or a phase committed after all; the update tells which.
 	}
-	res := l.s.db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET locked_until = NULL"+where, l.scope, l.key, l.token)
+	// The token goes with the lease: a renewal still in flight then finds nothing to extend.
+	res := l.s.db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET locked_until = NULL, lease_token = NULL"+where, l.scope, l.key, l.token)
 	return fenced(ctx, "release", res)
 }
 
@@ -286,14 +375,14 @@ func (l *lock) record(ctx context.Context, tx *gorm.DB, r *storage.Response) err
 		res.Error = fmt.Errorf("inserted %d rows", res.RowsAffected)
 	}
 	if res.Error != nil {
-		tx.Rollback()
+		l.rollback(ctx, tx)
 		var pg interface{ SQLState() string }
 		if errors.As(res.Error, &pg) && pg.SQLState() == "23505" {
 			return fmt.Errorf("gormstore: complete: key %q: rolled back: %w (%w): %w", l.key, storage.ErrRecordedFirst, storage.ErrTransient, res.Error)
 		}
 		return wrap(ctx, "complete", res.Error)
 	}
-	if err := tx.Commit().Error; err != nil {
+	if err := l.commit(ctx, tx); err != nil {
 		return wrap(ctx, "complete: commit", err)
 	}
 	return nil

@@ -100,7 +100,7 @@ func TestPhased(t *testing.T) {
 						resumed.TakenOver(), resumed.RecoveryPoint())
 				}
 			})
-			t.Run("OpenRequestTxJoinsPhase", func(t *testing.T) {
+			t.Run("PhaseAfterOpenRequestTxIsRefused", func(t *testing.T) {
 				t.Parallel()
 				db := withOrders(t, d.open(t))
 				s := migrated(t, db)
@@ -112,11 +112,11 @@ func TestPhased(t *testing.T) {
 				err := lock.Phase(ctx, "charged", func(ctx context.Context) error {
 					return gormstore.DB(ctx).Create(&order{Ref: "in-phase"}).Error
 				})
-				if err != nil {
-					t.Fatalf("Phase: %v", err)
+				if !errors.Is(err, storage.ErrFinalTxOpen) {
+					t.Fatalf("Phase after the request's transaction opened: %v, want storage.ErrFinalTxOpen", err)
 				}
-				if b, p := countOrders(t, db, "before"), countOrders(t, db, "in-phase"); b != 1 || p != 1 {
-					t.Fatalf("after the phase: %d orders written before it and %d in it, want 1 and 1", b, p)
+				if b, p := countOrders(t, db, "before"), countOrders(t, db, "in-phase"); b != 0 || p != 0 {
+					t.Fatalf("after the refused phase: %d orders written before it and %d in it, want 0 and 0", b, p)
 				}
 				if err := gormstore.DB(ctx).Create(&order{Ref: "after"}).Error; err != nil {
 					t.Fatalf("create after the phase: %v", err)
@@ -124,8 +124,8 @@ func TestPhased(t *testing.T) {
 				if err := lock.Complete(t.Context(), created); err != nil {
 					t.Fatalf("Complete: %v", err)
 				}
-				if n := countOrders(t, db, "after"); n != 1 {
-					t.Fatalf("%d orders written after the phase, want 1", n)
+				if b, a := countOrders(t, db, "before"), countOrders(t, db, "after"); b != 1 || a != 1 {
+					t.Fatalf("after Complete: %d orders written before the phase and %d after, want 1 and 1", b, a)
 				}
 			})
 			t.Run("LostLeaseKeepsNothing", func(t *testing.T) {

@@ -67,8 +67,10 @@
 // the same request takes the key over (UPDATE … WHERE locked_until <= now() RETURNING: one
 // winner) and the stale worker's phase, completion or release fails with
 // storage.ErrLeaseLost. Outside phases, Tx(ctx) begins the request's final transaction on
-// first use (never a second connection while phases run) and Complete commits it with the
-// response.
+// first use (never a second connection while phases run; a phase after it is refused with
+// storage.ErrFinalTxOpen) and Complete commits it with the response. While the handler
+// runs, the engine renews the lease (Renew: one fenced UPDATE on a connection of its own).
+// Complete, Release and Renew are each bounded by storage.Claim.Timeout.
 //
 // Leases and retention use the database clock (now()), never the application's.
 //

@@ -15,32 +15,30 @@ import (
 // errEnded is returned by a lock used after Complete or Release.
 var errEnded = errors.New("pgxstore: the lock has ended (completed or released)")
 
-// cleanupTimeout bounds a rollback or release run after the caller's context ended.
-const cleanupTimeout = 10 * time.Second
-
 // cleanup returns a context for statements that must run even when ctx is cancelled
-// (rolling back, giving a key up).
-func cleanup(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+// (rolling back, giving a key up), bounded by the claim's timeout (see bounded).
+func cleanup(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	return bounded(context.WithoutCancel(ctx), timeout)
 }
 
-// bounded returns ctx with the claim's timeout (storage.Claim.Timeout; cleanupTimeout when
-// it set none) for a completion: the engine hands Complete a context that is never
-// cancelled, and a paused database must still cost a bounded wait. A ctx whose deadline
-// comes sooner is returned as it is: a deadline context costs pgx work on every statement.
+// bounded returns ctx with the claim's timeout (storage.Claim.Timeout;
+// storage.DefaultTimeout when it set none) for a completion, a release or a renewal: the
+// engine hands them a context that is never cancelled, and a paused database must still
+// cost a bounded wait. A ctx whose deadline comes sooner is returned as it is: a deadline
+// context costs pgx work on every statement.
 func bounded(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	timeout = completeTimeout(timeout)
+	timeout = lockTimeout(timeout)
 	if deadlineWithin(ctx, timeout) {
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, timeout)
 }
 
-// completeTimeout is what bounds a completion: the claim's timeout, or cleanupTimeout
-// when it set none.
-func completeTimeout(timeout time.Duration) time.Duration {
+// lockTimeout is what bounds each of a lock's calls: the claim's timeout, or
+// storage.DefaultTimeout when it set none.
+func lockTimeout(timeout time.Duration) time.Duration {
 	if timeout <= 0 {
-		return cleanupTimeout
+		return storage.DefaultTimeout
 	}
 	return timeout
 }
@@ -106,7 +104,7 @@ func (l *atomicLock) Phase(ctx context.Context, point string, fn func(ctx contex
 	err := fn(context.WithValue(ctx, ctxKey{}, sp))
 	if tx := sp.take(); tx != nil {
 		if err != nil {
-			cctx, cancel := cleanup(ctx)
+			cctx, cancel := cleanup(ctx, l.timeout)
 			defer cancel()
 			if rerr := tx.Rollback(cctx); rerr != nil {
 				return errors.Join(err, fmt.Errorf("pgxstore: phase %q: roll back: %w", point, rerr))
@@ -123,6 +121,9 @@ func (l *atomicLock) Phase(ctx context.Context, point string, fn func(ctx contex
 	l.point = point
 	return nil
 }
+
+// Renew does nothing: the claim's open transaction holds the key, with no lease to renew.
+func (l *atomicLock) Renew(context.Context) error { return nil }
 
 // Complete records r and commits. On a connection of its own, the recording and COMMIT
 // go in one round trip. Recording is a plain INSERT of the completed row (pending) or an
@@ -163,7 +164,7 @@ func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
 	// allocations in all), and a paused database still costs no more than the timeout:
 	// the read fails and pgx closes the connection, which ends the transaction.
 	nc := l.conn.PgConn().Conn()
-	_ = nc.SetDeadline(time.Now().Add(completeTimeout(l.timeout)))
+	_ = nc.SetDeadline(time.Now().Add(lockTimeout(l.timeout)))
 	br := l.conn.SendBatch(ctx, b)
 	ct, err := br.Exec()
 	var commit pgconn.CommandTag
@@ -222,7 +223,7 @@ func (l *atomicLock) rollbackConn(ctx context.Context) {
 	if l.conn.IsClosed() || l.conn.PgConn().TxStatus() == 'I' {
 		return
 	}
-	cctx, cancel := cleanup(ctx)
+	cctx, cancel := cleanup(ctx, l.timeout)
 	defer cancel()
 	_ = l.tx.Rollback(cctx) // on failure pgx closes the connection, and the pool drops it
 }
@@ -235,7 +236,7 @@ func (l *atomicLock) Release(ctx context.Context) error {
 	}
 	l.ended = true
 	l.slot.take()
-	cctx, cancel := cleanup(ctx)
+	cctx, cancel := cleanup(ctx, l.timeout)
 	defer cancel()
 	err := l.tx.Rollback(cctx)
 	l.giveBack()
@@ -253,8 +254,8 @@ func (l *atomicLock) abort(ctx context.Context) {
 		// Within a claim ctx is live and bounded (by Claim.Timeout) as a rule: a rollback
 		// it cuts short closes the connection, which rolls back too.
 		cctx, cancel := ctx, context.CancelFunc(func() {})
-		if ctx.Err() != nil || !deadlineWithin(ctx, cleanupTimeout) {
-			cctx, cancel = cleanup(ctx)
+		if ctx.Err() != nil || !deadlineWithin(ctx, storage.DefaultTimeout) {
+			cctx, cancel = cleanup(ctx, 0)
 		}
 		_ = l.tx.Rollback(cctx)
 		cancel()
@@ -290,10 +291,10 @@ func (l *phasedLock) RecoveryPoint() string { return l.point }
 func (l *phasedLock) TakenOver() bool { return l.takenOver }
 
 // errFinalOpen: a phase after the handler opened its final transaction would need a
-// second connection (a deadlock with a small pool) and would commit before writes made
-// earlier in the request.
-var errFinalOpen = errors.New("pgxstore: Phase called after the handler opened the request's final transaction " +
-	"(pgxstore.Tx outside a phase); run the phases first")
+// second connection (a deadlock with a small pool), and the final writes made before it
+// would run again on a retry that resumes after the phase.
+var errFinalOpen = fmt.Errorf("pgxstore: Phase called after the handler opened the request's final transaction "+
+	"(pgxstore.Tx outside a phase): %w", storage.ErrFinalTxOpen)
 
 // Phase runs fn with a transaction of its own (opened when fn first asks for it) and
 // commits it with point as the new recovery point and a renewed lease, fenced by the
@@ -310,7 +311,7 @@ func (l *phasedLock) Phase(ctx context.Context, point string, fn func(ctx contex
 	defer func() { // fn panicked (or called runtime.Goexit): end its transaction, keep its connection out of limbo
 		if !returned {
 			if tx := sp.take(); tx != nil {
-				cctx, cancel := cleanup(ctx)
+				cctx, cancel := cleanup(ctx, l.timeout)
 				_ = tx.Rollback(cctx)
 				cancel()
 			}
@@ -321,7 +322,7 @@ func (l *phasedLock) Phase(ctx context.Context, point string, fn func(ctx contex
 	tx := sp.take()
 	if err != nil {
 		if tx != nil {
-			cctx, cancel := cleanup(ctx)
+			cctx, cancel := cleanup(ctx, l.timeout)
 			defer cancel()
 			if rerr := tx.Rollback(cctx); rerr != nil {
 				return errors.Join(err, fmt.Errorf("pgxstore: phase %q: roll back: %w", point, rerr))
@@ -345,7 +346,7 @@ func (l *phasedLock) fenced(ctx context.Context, tx pgx.Tx, op, sql string, args
 	}
 	if err != nil {
 		if tx != nil {
-			cctx, cancel := cleanup(ctx)
+			cctx, cancel := cleanup(ctx, l.timeout)
 			defer cancel()
 			_ = tx.Rollback(cctx)
 		}
@@ -357,6 +358,16 @@ func (l *phasedLock) fenced(ctx context.Context, tx pgx.Tx, op, sql string, args
 		}
 	}
 	return nil
+}
+
+// Renew extends the lease by the claim's lease from now, fenced by the token, in a
+// statement of its own (never in the handler's transaction), bounded by the claim's
+// timeout. On a single-connection DB it waits for the connection, which a phase's or the
+// final transaction holds while open.
+func (l *phasedLock) Renew(ctx context.Context) error {
+	ctx, cancel := bounded(ctx, l.timeout)
+	defer cancel()
+	return l.fenced(ctx, nil, "renew", l.s.q.renew, l.scope, l.key, l.tok, l.lease.Microseconds())
 }
 
 // Complete records r, with the final transaction when the handler opened one, fenced by
@@ -383,7 +394,7 @@ func (l *phasedLock) Release(ctx context.Context) error {
 		return nil
 	}
 	l.ended = true
-	cctx, cancel := cleanup(ctx)
+	cctx, cancel := cleanup(ctx, l.timeout)
 	defer cancel()
 	var errs []error
 	if tx := l.final.take(); tx != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/pgxstore"
 )
@@ -66,7 +67,11 @@ func newShopOn(t *testing.T, db *pgxpool.Pool, store *pgxstore.Store, schema str
 		CREATE TABLE %[1]s.charges (idem_key text NOT NULL);
 		CREATE TABLE %[1]s.reservations (idem_key text NOT NULL)`, schema))
 
-	cfg.Store = store
+	if c, ok := cfg.Store.(*cutOff); ok {
+		c.Store = store
+	} else {
+		cfg.Store = store
+	}
 	eng, err := core.New(cfg)
 	require.NoError(t, err, "core.New")
 	if handler == nil {
@@ -424,9 +429,9 @@ func TestMiddlewareLockWaitExpiry(t *testing.T) {
 }
 
 // TestMiddlewareTakeover: phased mode. The first attempt commits its "charge" phase, then
-// stalls past its lease; a retry takes the key over, resumes after "charge" and
-// completes; the stale attempt's next phase fails with ErrLeaseLost and its client gets
-// 409. One charge, one reservation, one order.
+// stalls past its lease, cut off from the store (its renewals fail); a retry takes the key
+// over, resumes after "charge" and completes; the stale attempt's next phase fails with
+// ErrLeaseLost and its client gets 409. One charge, one reservation, one order.
 func TestMiddlewareTakeover(t *testing.T) {
 	t.Parallel()
 	const lease = 300 * time.Millisecond
@@ -470,7 +475,7 @@ func TestMiddlewareTakeover(t *testing.T) {
 			fmt.Fprintf(w, `{"id":%d,"attempt":%d,"resumed":%v}`, id, attempt, op.Resumed())
 		}
 	}
-	s := newShop(t, pgx.ReadCommitted, core.Config{Mode: core.ModePhased, Lease: lease}, handler)
+	s := newShop(t, pgx.ReadCommitted, core.Config{Store: &cutOff{}, Mode: core.ModePhased, Lease: lease}, handler)
 
 	first := make(chan reply, 1)
 	go func() { first <- s.post("k", `{}`) }()
@@ -535,4 +540,23 @@ func TestMiddlewarePathNotUTF8(t *testing.T) {
 			require.Equal(t, "/orders/%FF%00x", path, "the path as sent")
 		})
 	}
+}
+
+// cutOff is a store whose fresh claims' locks cannot renew their lease: their Renew fails
+// as a network partition would, while takeovers' renewals go through. It stands for a
+// worker cut off from the database. newShopOn fills in the store.
+type cutOff struct{ storage.Store }
+
+func (c *cutOff) Claim(ctx context.Context, cl storage.Claim) (storage.Lock, *storage.Record, error) {
+	lock, rec, err := c.Store.Claim(ctx, cl)
+	if lock != nil && !lock.TakenOver() {
+		lock = cutOffLock{lock}
+	}
+	return lock, rec, err
+}
+
+type cutOffLock struct{ storage.Lock }
+
+func (cutOffLock) Renew(context.Context) error {
+	return errors.New("the worker is cut off from the database")
 }

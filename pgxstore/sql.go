@@ -44,6 +44,7 @@ type queries struct {
 	replace  string
 	takeover string
 	phase    string
+	renew    string
 	complete string
 	drop     string // release a key no phase committed
 	unlease  string // release a key some phase committed
@@ -157,6 +158,11 @@ RETURNING recovery_point`, t, expired(6)),
 		// $1 scope, $2 key, $3 token, $4 point, $5 lease (µs).
 		phase: fmt.Sprintf(`UPDATE %s SET recovery_point = $4,
 	locked_until = statement_timestamp() + $5::bigint * interval '1 microsecond'
+WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'started'`, t),
+
+		// renew extends the lease, fenced by the token. $1 scope, $2 key, $3 token,
+		// $4 lease (µs).
+		renew: fmt.Sprintf(`UPDATE %s SET locked_until = statement_timestamp() + $4::bigint * interval '1 microsecond'
 WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'started'`, t),
 
 		// complete records the response, fenced by the token.

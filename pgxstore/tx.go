@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/idemkit/idem/core/storage"
 )
 
 // ErrNoTx is returned by TxSafely when the context carries no transaction: the request is
@@ -20,9 +22,10 @@ var ErrNoTx = errors.New("pgxstore: no idempotency transaction in context")
 // ErrTxOwned is returned by Commit and Rollback of the transaction Tx hands out: the store
 // commits it together with the recorded response (or rolls it back when the request
 // fails), so the handler must not end it itself. Return an error status (5xx) to roll
-// back; nested transactions (tx.Begin) are the handler's to commit or roll back.
-var ErrTxOwned = errors.New("pgxstore: the idempotency transaction is committed by the store with the response; " +
-	"do not Commit or Rollback it in the handler")
+// back; nested transactions (tx.Begin) are the handler's to commit or roll back. It wraps
+// storage.ErrTxOwned (core.ErrTxOwned), which every store's refusal wraps.
+var ErrTxOwned = fmt.Errorf("pgxstore: the idempotency transaction is committed by the store with the response; "+
+	"do not Commit or Rollback it in the handler: %w", storage.ErrTxOwned)
 
 type ctxKey struct{}
 

@@ -65,7 +65,8 @@
 // storage.ErrLeaseLost). The point is recorded after fn, never before: a crash in between
 // must make the next holder run the phase again rather than skip a phase that never ran.
 // Release deletes the key when no phase was recorded, and otherwise ends the lease at once
-// and keeps the point, so the retry resumes without waiting.
+// and keeps the point, so the retry resumes without waiting. While the handler runs, the
+// engine renews the lease (Renew: the renew script, fenced, without a point).
 //
 // Lease ends and creation times come from the Redis server's clock (TIME inside the
 // scripts), never from the application's, so instances whose clocks disagree still agree

@@ -66,6 +66,15 @@ func (l *lock) Phase(ctx context.Context, point string, fn func(ctx context.Cont
 	return l.renew(ctx, "phase "+point+": record", &point)
 }
 
+// Renew extends the lease by the claim's lease from now, fenced by the token (the renew
+// script, without a point), bounded by the claim's timeout. It reads only what the lock
+// was claimed with, so it may run on another goroutine while Phase runs.
+func (l *lock) Renew(ctx context.Context) error {
+	ctx, cancel := l.bound(ctx)
+	defer cancel()
+	return l.renew(ctx, "renew", nil)
+}
+
 // renew runs the renew script: the lease, and point when not nil.
 func (l *lock) renew(ctx context.Context, op string, point *string) error {
 	ctx, cancel := bounded(ctx, l.timeout)
@@ -135,10 +144,11 @@ func (l *lock) Release(ctx context.Context) error {
 	return nil
 }
 
-// bound applies the claim's timeout, or cleanupTimeout when it set none.
+// bound applies the claim's timeout, or storage.DefaultTimeout when it set none: the
+// engine calls Complete, Release and Renew with a context that is never cancelled.
 func (l *lock) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if l.timeout <= 0 {
-		return context.WithTimeout(ctx, cleanupTimeout)
+		return context.WithTimeout(ctx, storage.DefaultTimeout)
 	}
 	return context.WithTimeout(ctx, l.timeout)
 }

@@ -84,14 +84,15 @@ return {'claimed'}
 `)
 
 // renewScript renews the lease, and records a recovery point when one is given, while the
-// key is started and holds the token.
+// key is started, holds the token and was not released (lu "0"): a renewal that lands
+// after a Release extends nothing.
 //
 // ARGV: 1 token, 2 lease (µs), 3 recovery point (optional). Returns 1, or 0 when the token
-// is not the key's (taken over, claimed afresh, expired).
+// is not the key's (taken over, claimed afresh, expired) or the lease was given up.
 var renewScript = redis.NewScript(prelude + `
 local k = KEYS[1]
-local r = redis.call('HMGET', k, 'st', 'tok')
-if r[1] ~= 'started' or r[2] ~= ARGV[1] then return 0 end
+local r = redis.call('HMGET', k, 'st', 'tok', 'lu')
+if r[1] ~= 'started' or r[2] ~= ARGV[1] or r[3] == '0' then return 0 end
 local now = now_us()
 local lu = now + tonumber(ARGV[2])
 if ARGV[3] then

@@ -23,10 +23,6 @@ const (
 	DefaultPrefix = "idem:"
 )
 
-// cleanupTimeout bounds a completion or release when the claim set no Timeout: the engine
-// calls them with a context that is never cancelled.
-const cleanupTimeout = 10 * time.Second
-
 // Store is a storage.Store on Redis, for phased operations. It is safe for concurrent use
 // and holds no state of its own beyond its settings: several instances of an application,
 // each with its own Store and client, share the keys through Redis. Create it with New.

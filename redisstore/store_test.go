@@ -8,17 +8,30 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/core/storetest"
+	"github.com/idemkit/idem/internal/reliability"
 	"github.com/idemkit/idem/redisstore"
 )
 
+// TestConformance runs core/storetest on the test Redis, each subtest under a prefix of
+// its own, and the stall tests on a store behind a fault proxy.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	storetest.Run(t, func(t *testing.T) storage.Store {
-		c := newClient(t, "")
-		p := newPrefix(t)
-		return redisstore.New(c, redisstore.WithPrefix(p))
+	storetest.RunHarness(t, storetest.Harness{
+		New: func(t *testing.T) storetest.Subject {
+			return storetest.Subject{Store: redisstore.New(newClient(t, ""), redisstore.WithPrefix(newPrefix(t)))}
+		},
+		Stalling: func(t *testing.T) (storage.Store, func() func()) {
+			p, err := reliability.Listen(redisAddr())
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = p.Close() })
+			// No read or write timeout of the client's own: the store's bound is tested.
+			c := newClient(t, p.Addr(), func(o *redis.Options) { o.ReadTimeout, o.WriteTimeout = -1, -1 })
+			return redisstore.New(c, redisstore.WithPrefix(newPrefix(t))), func() func() { p.Stall(); return p.Resume }
+		},
 	})
 }
 

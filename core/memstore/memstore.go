@@ -415,6 +415,19 @@ func (l *lock) Phase(ctx context.Context, point string, fn func(ctx context.Cont
 	return nil
 }
 
+// Renew extends the lease by the claim's lease from now while the lock still holds the
+// key, and returns an error wrapping storage.ErrLeaseLost otherwise. It may run on another
+// goroutine than the lock's other methods.
+func (l *lock) Renew(context.Context) error {
+	l.sh.mu.Lock()
+	defer l.sh.mu.Unlock()
+	if !l.held() {
+		return fmt.Errorf("memstore: renew: %w", storage.ErrLeaseLost)
+	}
+	l.r.lockedUntil = l.s.now().UnixNano() + int64(l.lease)
+	return nil
+}
+
 // Complete records a copy of r as the key's response and ends the lock; r's header and
 // body are not kept.
 func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
@@ -455,6 +468,7 @@ func (l *lock) Release(ctx context.Context) error {
 		l.r.owner = nil
 	} else {
 		l.r.lockedUntil = l.s.now().UnixNano()
+		l.r.owner = nil // nothing of this lock's, a renewal included, changes the key now
 	}
 	l.ended = true
 	return nil

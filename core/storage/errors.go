@@ -30,4 +30,18 @@ var (
 	// ErrUnsupportedMode is returned by a store asked for a mode it cannot run, such as
 	// atomic mode on a store that has no transaction to share.
 	ErrUnsupportedMode = errors.New("idem: store does not support this mode")
+
+	// ErrTxOwned is wrapped by the error of Commit and Rollback called, through a store's
+	// getter (pgxstore.Tx, gormstore.DB), on the transaction the store hands the
+	// handler: the store commits it with the recorded response, or rolls it back when the
+	// request fails, so the handler cannot end it behind the engine's back. Nothing is
+	// committed or rolled back by the refused call.
+	ErrTxOwned = errors.New("idem: the request's transaction is committed or rolled back by the store, not the handler")
+
+	// ErrFinalTxOpen is wrapped by the error of Lock.Phase in ModePhased when the
+	// handler has already opened the request's final transaction (through the store's
+	// getter, outside any phase): the phase does not run. Writes made outside the phases
+	// would otherwise commit with the phase, and run again when a retry resumes after it.
+	// Run the phases first, then the final writes.
+	ErrFinalTxOpen = errors.New("idem: a phase cannot start once the handler has opened the request's final transaction; run the phases first")
 )

@@ -73,8 +73,8 @@ type Claim struct {
 	// Mode is ModeAtomic or ModePhased.
 	Mode Mode
 	// Lease is how long a phased claim blocks duplicates and takeover. Phase commits
-	// renew it. The engine always sets it (core.Config.Lease, positive); stores have no
-	// lease of their own.
+	// and Lock.Renew renew it, each for Lease from then. The engine always sets it
+	// (core.Config.Lease, positive); stores have no lease of their own.
 	Lease time.Duration
 	// LockWait bounds how long an atomic claim waits for a twin transaction in flight
 	// before returning ErrInProgress. The engine always sets it (core.Config.LockWait,
@@ -85,13 +85,20 @@ type Claim struct {
 	// own Retention(), so claims and the sweeper always agree.
 	Retention time.Duration
 	// Timeout, when positive, bounds the whole Claim call, lock wait included, and each
-	// of the lock's Complete and Release calls, so an unresponsive database costs a
-	// bounded wait and an error, not a hung request. A store doing I/O enforces it (a
-	// context deadline) on its own statements, never on the transaction it hands the
-	// handler. The engine calls Complete and Release with a context that is never
-	// cancelled: the bound is the store's.
+	// of the lock's Complete, Release and Renew calls, so an unresponsive database costs
+	// a bounded wait and an error (wrapping context.DeadlineExceeded, or the driver's
+	// network timeout), not a hung request. A store doing I/O enforces it (a context
+	// deadline) on its own statements, its commit and rollback included, never on the
+	// transaction it hands the handler. The engine always sets it and calls Complete and
+	// Release with a context that is never cancelled: the bound is the store's. When it
+	// is zero, Claim is bounded by its ctx only, and Complete, Release and Renew by
+	// DefaultTimeout.
 	Timeout time.Duration
 }
+
+// DefaultTimeout bounds a lock's Complete, Release and Renew when the claim set no
+// Timeout (the engine always sets one: core.Config.StoreTimeout).
+const DefaultTimeout = 10 * time.Second
 
 // Response is a recorded HTTP response: what a replay sends byte for byte.
 type Response struct {
@@ -167,13 +174,16 @@ type Store interface {
 }
 
 // Lock is a claimed key, held by one request until Complete or Release. A Lock is used by
-// one goroutine at a time.
+// one goroutine at a time, except Renew, which may run on another goroutine at any time
+// until Complete or Release has returned.
 type Lock interface {
 	// Context returns ctx carrying the store's transaction for the handler, reached
 	// through the store's own getter (pgxstore.Tx, gormstore.DB). In ModeAtomic that is
-	// the claim's transaction. In ModePhased it is a transaction the store opens lazily
-	// on first use and commits in Complete together with the response, so the handler's
-	// last writes and the recorded response commit together.
+	// the claim's transaction. In ModePhased it is the request's final transaction, which
+	// the store opens lazily on first use and commits in Complete together with the
+	// response, so the handler's last writes and the recorded response commit together.
+	// Commit and Rollback through the getter fail with an error wrapping ErrTxOwned and
+	// end nothing: the store ends the transaction.
 	Context(ctx context.Context) context.Context
 
 	// RecoveryPoint is the last committed phase when the lock was obtained:
@@ -183,12 +193,23 @@ type Lock interface {
 	// TakenOver reports whether this lock took over an expired lease.
 	TakenOver() bool
 
-	// Phase runs fn and records point as the new recovery point. In ModePhased fn runs in
-	// a transaction of its own (carried by the ctx fn receives) that commits together
-	// with the new point and a renewed lease, fenced by the lock's token: if the lease
-	// was taken over, nothing commits and Phase returns an error wrapping ErrLeaseLost.
-	// If fn returns an error, its transaction rolls back and Phase returns that error.
-	// In ModeAtomic fn runs in the claim's transaction and commits with everything else.
+	// Phase runs fn and records point as the new recovery point. If fn returns an error,
+	// Phase returns it and keeps none of fn's writes, in either mode.
+	//
+	// In ModePhased fn runs in a transaction of its own (carried by the ctx fn receives,
+	// opened when fn first asks for it) that commits together with the new point and a
+	// renewed lease, fenced by the lock's token: if the lease was taken over, nothing
+	// commits and Phase returns an error wrapping ErrLeaseLost. If fn fails, its
+	// transaction rolls back and the point is not recorded. A phase cannot start once the
+	// handler has opened the request's final transaction (see Context): Phase then
+	// returns an error wrapping ErrFinalTxOpen without running fn.
+	//
+	// In ModeAtomic fn runs in the claim's transaction, under a savepoint: if fn fails,
+	// the transaction rolls back to it (fn's writes go, the request's earlier writes
+	// stay); otherwise fn's writes commit with everything else in Complete.
+	//
+	// A store without a transaction to share (memstore, redisstore) runs fn with ctx as
+	// it is: fn's own side effects are fn's to undo.
 	Phase(ctx context.Context, point string, fn func(ctx context.Context) error) error
 
 	// Complete records r as the key's response and ends the lock. In ModeAtomic it
@@ -196,19 +217,34 @@ type Lock interface {
 	// commit returns an error and leaves neither key nor business rows; when the key's
 	// row could not be written because a twin recorded the key first, that error wraps
 	// ErrRecordedFirst (and ErrTransient), and the engine answers with the twin's record.
-	// In ModePhased it commits the pending transaction with the response, fenced by the token (ErrLeaseLost
-	// when taken over). Complete must not keep r.Header or r.Body after it returns.
+	// In ModePhased it commits the final transaction with the response, fenced by the
+	// token (ErrLeaseLost when taken over). It is bounded by Claim.Timeout, its commit
+	// included. Complete must not keep r.Header or r.Body after it returns.
 	Complete(ctx context.Context, r *Response) error
 
 	// Release gives the key up after a failure. In ModeAtomic it rolls back: no key, no
-	// business rows. In ModePhased it rolls back any pending transaction, then deletes
-	// the key if no phase has committed, or else ends the lease at once while keeping the
-	// recovery point, so the next retry takes over and resumes. Fenced by the token:
-	// after a takeover it changes nothing and returns an error wrapping ErrLeaseLost.
-	// Release is safe to call after Complete: after a successful one it changes nothing;
-	// after a failed one it releases only a lease this lock still holds (the completion
-	// provably did not land), and reports ErrLeaseLost for a lock that was taken over.
+	// business rows. In ModePhased it rolls back the final transaction, if open, then
+	// deletes the key if no phase has committed, or else ends the lease at once while
+	// keeping the recovery point, so the next retry takes over and resumes. Fenced by the
+	// token: after a takeover it changes nothing and returns an error wrapping
+	// ErrLeaseLost. It runs even when ctx is already cancelled (it is cleanup), bounded by
+	// Claim.Timeout. Release is safe to call after Complete: after a successful one it
+	// changes nothing; after a failed one it releases only a lease this lock still holds
+	// (the completion provably did not land), and reports ErrLeaseLost for a lock that
+	// was taken over.
 	Release(ctx context.Context) error
+
+	// Renew extends a ModePhased lease to Claim.Lease from now, fenced by the token: after
+	// a takeover it changes nothing and returns an error wrapping ErrLeaseLost. The engine
+	// calls it every Lease/3 while the handler runs (its phases included), from another
+	// goroutine, so a slow phase keeps its key. A Renew may still be in flight when the
+	// engine calls Complete or Release (it stops renewing first, but does not wait for a
+	// renewal stuck behind a lock the request itself holds): one that lands after either
+	// changes nothing, since a completed or released key has no lease to extend. It
+	// touches no transaction of the handler's, reads only what the lock was claimed with,
+	// and is bounded by Claim.Timeout. In ModeAtomic there is no lease: it does nothing and
+	// returns nil.
+	Renew(ctx context.Context) error
 }
 
 // SelfExpiring is implemented by a store whose keys expire on their own once past the

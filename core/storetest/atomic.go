@@ -16,6 +16,7 @@ var atomicTests = []test{
 	{"TwinSeesCompletion", testTwinSeesCompletion},
 	{"TwinClaimsAfterRelease", testTwinClaimsAfterRelease},
 	{"ReleaseAfterPhase", testAtomicReleaseAfterPhase},
+	{"RenewWithoutLease", testRenewWithoutLease},
 }
 
 // shortWait is the lock wait of a twin expected to give up.
@@ -149,4 +150,14 @@ func testAtomicReleaseAfterPhase(s *suite) {
 	require.NoError(s.t, l.Phase(s.ctx, "charged", noop))
 	require.NoError(s.t, l.Release(s.ctx), "Release")
 	s.mustFresh(s.claim("k", "b"))
+}
+
+// testRenewWithoutLease: an atomic lock has no lease (its transaction holds the key), so
+// Renew does nothing and succeeds, and the lock completes as usual.
+func testRenewWithoutLease(s *suite) {
+	c := s.claim("k", "a")
+	l := s.mustFresh(c)
+	require.NoError(s.t, l.Renew(s.ctx), "Renew of an atomic lock")
+	s.complete(l, created("1"))
+	s.mustReplay(c, c, created("1"))
 }

@@ -1,8 +1,12 @@
-// Package storetest is the conformance suite every storage.Store runs. It checks, through
-// the Store and Lock interfaces only, every sentence of the contract in core/storage/store.go:
-// claim and replay, fingerprint mismatch, keys in progress, release after a failure,
-// phases and recovery points, lease expiry and takeover, fencing of a stale lock,
-// retention, DeleteExpired, scope isolation and many goroutines claiming one key.
+// Package storetest is the conformance suite every storage.Store runs: the one statement
+// of what a store promises (a rule that is not a test here is not a rule). It checks,
+// through the Store and Lock interfaces, every sentence of the contract in
+// core/storage/store.go: claim and replay, fingerprint mismatch, keys in progress, release
+// after a failure, phases and recovery points, lease expiry, renewal and takeover, fencing
+// of a stale lock, retention, DeleteExpired, scope isolation and many goroutines claiming
+// one key. Through core's engine on the store it checks the rules the two keep together:
+// a recovery point the code never reaches fails the request (500 cannot-resume) and keeps
+// the point, and a phase that runs for several leases keeps its key while a twin retries.
 //
 // ModePhased is always exercised; ModeAtomic too when the store's SupportsAtomic reports
 // true (otherwise the suite checks that an atomic claim fails with
@@ -19,6 +23,13 @@
 //			return mystore.New(testdb.Postgres(t))
 //		})
 //	}
+//
+// A store that shares a transaction with the handler calls RunHarness instead, with hooks
+// that reach that transaction through the store's getter (Subject.Tx): the suite then
+// checks that the handler cannot commit or roll it back, that a failed phase keeps none
+// of its writes in either mode, and that a phase started once the final transaction is
+// open is refused. A store whose database can stop answering gives Harness.Stalling, and
+// the suite checks that Complete and Release are bounded by storage.Claim.Timeout.
 //
 // The suite waits for real time to pass only where that is the case under test (a lease
 // or a retention running out, decided by the store's or the database's clock), with

@@ -19,6 +19,8 @@ var phasedTests = []test{
 	{"TakeoverRace", testTakeoverRace},
 	{"Fencing", testFencing},
 	{"PhaseRenewsLease", testPhaseRenewsLease},
+	{"RenewExtendsLease", testRenewExtendsLease},
+	{"RenewAfterEnd", testRenewAfterEnd},
 	{"RetentionKeepsLiveLease", testRetentionKeepsLiveLease},
 	{"RetentionOnExpiredLease", testRetentionOnExpiredLease},
 }
@@ -158,6 +160,10 @@ func testFencing(s *suite) {
 	require.ErrorIs(s.t, err, storage.ErrLeaseLost, "Complete of a lock whose lease was taken over")
 	s.mustStarted(retry, retry, "p1")
 
+	err = stale.Renew(s.ctx)
+	require.ErrorIs(s.t, err, storage.ErrLeaseLost, "Renew of a lock whose lease was taken over")
+	s.mustStarted(retry, retry, "p1")
+
 	err = stale.Release(s.ctx)
 	require.ErrorIs(s.t, err, storage.ErrLeaseLost, "Release of a lock whose lease was taken over")
 	s.mustStarted(retry, retry, "p1")
@@ -184,6 +190,47 @@ func testPhaseRenewsLease(s *suite) {
 	letTimePass(time.Until(claimed.Add(lease + 200*time.Millisecond)))
 	s.mustStarted(c, c, "charged")
 	s.complete(l, created("1"))
+}
+
+// testRenewExtendsLease: Renew extends the lease by the claim's lease from now, without
+// recording a point, so a claim after the first lease would have run out still finds the
+// key in progress.
+func testRenewExtendsLease(s *suite) {
+	const lease = 3 * time.Second
+	c := s.claim("k", "a")
+	c.Lease = lease
+	l := s.mustFresh(c)
+	claimed := time.Now() // the lease began before this
+	letTimePass(lease / 2)
+	require.NoError(s.t, l.Renew(s.ctx), "Renew")
+	// Just past the first lease, counted from the claim (see testPhaseRenewsLease).
+	letTimePass(time.Until(claimed.Add(lease + 200*time.Millisecond)))
+	s.mustStarted(c, c, storage.RecoveryStarted)
+	s.complete(l, created("1"))
+	s.mustReplay(c, c, created("1"))
+}
+
+// testRenewAfterEnd: a renewal that lands after Release or Complete (the engine does not
+// wait for one stuck behind a lock) changes nothing: a released lease stays released, a
+// completed key stays completed, a deleted key stays free.
+func testRenewAfterEnd(s *suite) {
+	c := s.claim("k", "a")
+	l := s.mustFresh(c)
+	require.NoError(s.t, l.Phase(s.ctx, "charged", noop))
+	require.NoError(s.t, l.Release(s.ctx), "Release")
+	_ = l.Lock.Renew(s.ctx) // its answer does not matter; what it changed does
+	l2 := s.mustLock(c)
+	require.True(s.t, l2.TakenOver(), "a renewal after Release must not extend the released lease: the retry takes over at once")
+	require.Equal(s.t, "charged", l2.RecoveryPoint())
+	s.complete(l2, created("1"))
+	_ = l2.Lock.Renew(s.ctx)
+	s.mustReplay(c, c, created("1"))
+
+	c3 := s.claim("k3", "a")
+	l3 := s.mustFresh(c3)
+	require.NoError(s.t, l3.Release(s.ctx), "Release")
+	_ = l3.Lock.Renew(s.ctx)
+	s.mustFresh(s.claim("k3", "b"))
 }
 
 // testRetentionKeepsLiveLease: a started key older than the retention is not absent while

@@ -34,48 +34,80 @@ const (
 
 // Run runs every conformance test as parallel subtests. newStore returns a fresh, empty
 // store for one subtest (its own table/schema), so subtests do not see each other's keys.
+// A store that shares a transaction with the handler, or whose database can stall, runs
+// RunHarness instead, so the rules about those run too.
 //
 // Subtests are grouped by mode ("phased", and "atomic" when the store supports it) plus
 // "store" for the mode-independent ones, so a failing case can be rerun alone with
 // -run 'TestX/phased/Fencing'.
 func Run(t *testing.T, newStore func(t *testing.T) storage.Store) {
 	t.Helper()
-	probe := newStore(t)
-	atomicOK := probe.SupportsAtomic()
+	run(t, Harness{New: func(t *testing.T) Subject { return Subject{Store: newStore(t)} }})
+}
 
-	groups := []struct {
-		mode  storage.Mode
-		tests []test
-	}{{storage.ModePhased, append(append([]test(nil), commonTests...), phasedTests...)}}
-	if atomicOK {
-		groups = append(groups, struct {
-			mode  storage.Mode
-			tests []test
-		}{storage.ModeAtomic, append(append([]test(nil), commonTests...), atomicTests...)})
+// run runs the suite on the stores h makes.
+func run(t *testing.T, h Harness) {
+	t.Helper()
+	first := h.New(t)
+	require.NotNil(t, first.Store, "Harness.New returned no store")
+	atomicOK := first.Store.SupportsAtomic()
+	withTx := first.Tx != nil
+
+	modeTests := func(mode storage.Mode) []test {
+		tests := append([]test(nil), commonTests...)
+		if mode == storage.ModeAtomic {
+			tests = append(tests, atomicTests...)
+		} else {
+			tests = append(append(tests, phasedTests...), engineTests...)
+		}
+		if withTx {
+			tests = append(tests, txTests...)
+			if mode == storage.ModePhased {
+				tests = append(tests, txPhasedTests...)
+			}
+		}
+		return tests
 	}
-	for _, g := range groups {
-		t.Run(g.mode.String(), func(t *testing.T) {
+	modes := []storage.Mode{storage.ModePhased}
+	if atomicOK {
+		modes = append(modes, storage.ModeAtomic)
+	}
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
-			for _, tc := range g.tests {
+			for _, tc := range modeTests(mode) {
 				t.Run(tc.name, func(t *testing.T) {
 					t.Parallel()
-					tc.run(newSuite(t, newStore(t), g.mode))
+					sub := h.New(t)
+					tc.run(newSuite(t, sub.Store, sub.Tx, mode))
+				})
+			}
+			if h.Stalling == nil {
+				return
+			}
+			for _, tc := range stallTests {
+				t.Run(tc.name, func(t *testing.T) {
+					t.Parallel()
+					store, stall := h.Stalling(t)
+					s := newSuite(t, store, nil, mode)
+					s.stall = stall
+					tc.run(s)
 				})
 			}
 		})
 	}
 	t.Run("store", func(t *testing.T) {
 		t.Parallel()
-		for _, tc := range append(storeTests[:len(storeTests):len(storeTests)], readTests(probe)...) {
+		for _, tc := range append(storeTests[:len(storeTests):len(storeTests)], readTests(first.Store)...) {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
-				tc.run(newSuite(t, newStore(t), storage.ModePhased))
+				tc.run(newSuite(t, h.New(t).Store, nil, storage.ModePhased))
 			})
 		}
 		if !atomicOK {
 			t.Run("UnsupportedMode", func(t *testing.T) {
 				t.Parallel()
-				testUnsupportedMode(newSuite(t, newStore(t), storage.ModeAtomic))
+				testUnsupportedMode(newSuite(t, h.New(t).Store, nil, storage.ModeAtomic))
 			})
 		}
 	})
@@ -93,17 +125,20 @@ type test struct {
 	run  func(s *suite)
 }
 
-// suite is what a case works with: its own test, store and mode.
+// suite is what a case works with: its own test, store and mode, and the harness's hooks
+// that case may use.
 type suite struct {
 	t     *testing.T
 	store storage.Store
 	mode  storage.Mode
 	ctx   context.Context
+	tx    *TxHooks               // nil unless the store shares a transaction (txTests)
+	stall func() (resume func()) // the stallTests' store's, nil otherwise
 }
 
-func newSuite(t *testing.T, store storage.Store, mode storage.Mode) *suite {
+func newSuite(t *testing.T, store storage.Store, tx *TxHooks, mode storage.Mode) *suite {
 	require.NotNil(t, store, "newStore returned nil")
-	return &suite{t: t, store: store, mode: mode, ctx: t.Context()}
+	return &suite{t: t, store: store, mode: mode, ctx: t.Context(), tx: tx}
 }
 
 // scope is the scope of every claim the suite builds unless a case says otherwise.

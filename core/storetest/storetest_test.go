@@ -157,6 +157,10 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 		}},
 		{"no-fencing", map[string]string{"Fencing": "Phase of a lock whose lease was taken over"}},
 		{"folds-keys", map[string]string{"Limits": "Claim returned a Record (state completed), want a Lock"}},
+		{"no-renewal", map[string]string{
+			"RenewExtendsLease":   "Claim returned a Lock, want a Record",
+			"LongPhaseKeepsLease": "a twin while the phase runs (renewed lease): status",
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.flaw, func(t *testing.T) {
@@ -239,6 +243,8 @@ func (s *brokenStore) Claim(ctx context.Context, c storage.Claim) (storage.Lock,
 		return &keepingLock{Lock: lock, s: s, k: k}, nil, nil
 	case lock != nil && s.flaw == "no-fencing":
 		return unfencedLock{lock}, nil, nil
+	case lock != nil && s.flaw == "no-renewal":
+		return unrenewedLock{lock}, nil, nil
 	}
 	return lock, rec, err
 }
@@ -275,6 +281,7 @@ type fakeLock struct{}
 func (fakeLock) Context(ctx context.Context) context.Context { return ctx }
 func (fakeLock) RecoveryPoint() string                       { return storage.RecoveryStarted }
 func (fakeLock) TakenOver() bool                             { return false }
+func (fakeLock) Renew(context.Context) error                 { return nil }
 func (fakeLock) Phase(ctx context.Context, _ string, fn func(context.Context) error) error {
 	return fn(ctx)
 }
@@ -324,3 +331,8 @@ func (l unfencedLock) Release(ctx context.Context) error {
 	}
 	return nil
 }
+
+// unrenewedLock reports success for a renewal it never made.
+type unrenewedLock struct{ storage.Lock }
+
+func (unrenewedLock) Renew(context.Context) error { return nil }

@@ -11,13 +11,14 @@ import (
 	"github.com/idemkit/idem/core/storage"
 )
 
-// TestTakeoverRace: worker A commits charge_created and stalls until its lease (2s) has
-// run out. Two retries, B and C, then race to take the key over: exactly one wins (its
-// handler runs, resumed) and the other gets 409 + Retry-After, since the winner's fresh
-// lease is live. A then wakes up: its finished phase fails with core.ErrLeaseLost, A is
-// answered 409, and nothing changes: no payment row, the key still at charge_created and
-// leased to the winner. The winner completes the payment once, without calling the
-// provider again, and later retries replay it.
+// TestTakeoverRace: worker A commits charge_created and stalls, cut off from the store
+// (its lease renewals fail, as in a network partition), until its lease (2s) has run out.
+// Two retries, B and C, then race to take the key over: exactly one wins (its handler
+// runs, resumed) and the other gets 409 + Retry-After, since the winner's fresh lease is
+// live. A then wakes up: its finished phase fails with core.ErrLeaseLost, A is answered
+// 409, and nothing changes: no payment row, the key still at charge_created and leased to
+// the winner. The winner completes the payment once, without calling the provider again,
+// and later retries replay it.
 func TestTakeoverRace(t *testing.T) {
 	t.Parallel()
 	const lease = 2 * time.Second
@@ -25,10 +26,12 @@ func TestTakeoverRace(t *testing.T) {
 	for _, k := range kinds {
 		t.Run(string(k), func(t *testing.T) {
 			t.Parallel()
-			be := newBackend(t, k)
+			shared := newBackend(t, k)
+			be := *shared
+			be.store = partitioned{shared.store} // A's renewals cannot reach it
 			account, key := operation()
 			stalled, winner := newGate(), newGate()
-			a := newApp(be, lease, func(ctx context.Context, op *core.Operation, at string) error {
+			a := newApp(&be, lease, func(ctx context.Context, op *core.Operation, at string) error {
 				switch {
 				case at == atChargeCreated && !op.Resumed():
 					return stalled.hold(ctx)
@@ -125,4 +128,23 @@ func TestTakeoverRace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// partitioned is a store whose fresh claims' locks cannot renew their lease: their Renew
+// fails as a network partition would (not ErrLeaseLost), while everything else, takeovers'
+// renewals included, goes through. It stands for a worker cut off from the store.
+type partitioned struct{ storage.Store }
+
+func (p partitioned) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
+	lock, rec, err := p.Store.Claim(ctx, c)
+	if lock != nil && !lock.TakenOver() {
+		lock = cutOff{lock}
+	}
+	return lock, rec, err
+}
+
+type cutOff struct{ storage.Lock }
+
+func (cutOff) Renew(context.Context) error {
+	return errors.New("phasedtest: the worker is cut off from the store")
 }
