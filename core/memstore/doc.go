@@ -24,13 +24,12 @@
 //	store := memstore.New()
 //	mw := core.Middleware(core.Config{Store: store}, func(r *http.Request) string { return r.Header.Get("X-Account") })
 //
-// It is deliberately plain: 64 maps, each behind its own mutex, holding one struct per
-// key. Complete stores a copy of the response's header and body, never the caller's, in
-// one byte slab; only a replay makes it a record with a header map, since most keys are
-// never replayed.
+// It is deliberately plain: one map behind one mutex, holding each key's storage.Record.
+// Claim keeps a copy of the fingerprint and Complete a copy of the response's header and
+// body, never the caller's; times are the store's clock's (WithClock).
 //
-// A replay returns the store's own *storage.Record, the same one to every replay of the
-// key: the first replay of a key builds it, later ones allocate nothing. Records
+// Complete builds the key's completed record once, and it never changes again: every
+// replay of the key returns that same *storage.Record, and allocates nothing. Records
 // returned by Claim are shared with the store and with other callers: do not mutate
 // them, their Fingerprint, Response, Response.Header or Response.Body.
 package memstore
