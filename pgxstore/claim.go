@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/idemkit/idem/core/storage"
@@ -348,24 +349,21 @@ var errWaited = fmt.Errorf("pgxstore: claim: waited for a twin: %w", storage.Err
 func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Duration) (storage.Lock, *storage.Record, error) {
 	l := &atomicLock{s: s, scope: c.Scope, key: c.Key, timeout: c.Timeout,
 		fingerprint: c.Fingerprint, method: c.Method, path: c.Path}
-	// The arguments, each boxed once for the statements (and the completion) that share
-	// them.
-	var ms, hash any = s.lockTimeout(wait), s.lockHash(c.Scope, c.Key)
-	l.scopeArg, l.keyArg = c.Scope, c.Key
-	scope, key := l.scopeArg, l.keyArg
+	ms, hash := strconv.FormatInt(max(wait.Milliseconds(), 1), 10), s.lockHash(c.Scope, c.Key)
 	conn, fast, err := s.dedicated(ctx, wait)
 	if err != nil {
 		return nil, nil, classify(ctx, "claim", err, true)
 	}
 	row := &l.row
-	b := l.batch.reset(fast, s.iso)
+	b := &pgx.Batch{}
 	if fast {
 		l.held = conn
+		b.BeginTx(pgx.TxOptions{IsoLevel: s.iso})
 	} else if l.tx, err = s.begin(ctx, wait); err != nil {
 		return nil, nil, classify(ctx, "claim", err, true)
 	}
-	l.batch.queue(s.q.tryLock, ms, hash, scope, key)
-	l.batch.queue(s.q.lookup, scope, key)
+	b.Queue(s.q.tryLock, ms, hash, c.Scope, c.Key)
+	b.Queue(s.q.lookup, c.Scope, c.Key)
 	var br pgx.BatchResults
 	if fast {
 		br = l.conn.SendBatch(ctx, b)
@@ -390,9 +388,9 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 		// that held the key went away between the two statements.
 		*row = claimRow{}
 		if s.iso == pgx.ReadCommitted {
-			b = l.batch.reset(false, s.iso)
-			l.batch.queue(s.q.lock, ms, hash)
-			l.batch.queue(s.q.lookup, scope, key)
+			b = &pgx.Batch{}
+			b.Queue(s.q.lock, ms, hash)
+			b.Queue(s.q.lookup, c.Scope, c.Key)
 			br = l.tx.SendBatch(ctx, b)
 			if _, err = br.Exec(); err == nil {
 				found, err = scanned(br.QueryRow().Scan(row.dest()...))
@@ -419,7 +417,7 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 	// Complete.
 	l.tok = keyrow.NewToken()
 	read := func(row *claimRow) (bool, error) {
-		found, err := s.scanRow(ctx, l.tx, wait, s.q.lookup, []any{scope, key}, row)
+		found, err := s.scanRow(ctx, l.tx, wait, s.q.lookup, []any{c.Scope, c.Key}, row)
 		if err == nil && !found {
 			row.claimed, row.pending = true, true
 		}

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -128,9 +127,6 @@ type Store struct {
 	sweepPK     bool
 	q           queries
 	lockSeed    keyrow.LockSeed // lockHash's state after the table name
-	// The atomic claim's argument that repeats from claim to claim, boxed once: the last
-	// lock wait's lock_timeout text.
-	lastWait atomic.Pointer[waitArg]
 	// sem serialises use of a DB that is one connection (*pgx.Conn, pgx.Tx); nil for a
 	// pool.
 	sem chan struct{}
@@ -161,25 +157,6 @@ func New(db DB, opts ...Option) *Store {
 	s.q = newQueries(s.table)
 	s.lockSeed = keyrow.NewLockSeed(s.table.Sanitize())
 	return s
-}
-
-// waitArg is a lock wait's lock_timeout argument: milliseconds, as text.
-type waitArg struct {
-	ms  int64
-	arg any
-}
-
-// lockTimeout returns the lock_timeout argument of a claim that waits up to wait (at
-// least 1ms: 0 would wait for ever), boxed once while claims wait as many milliseconds
-// (the engine gives every claim the same lock wait).
-func (s *Store) lockTimeout(wait time.Duration) any {
-	ms := max(wait.Milliseconds(), 1)
-	if w := s.lastWait.Load(); w != nil && w.ms == ms {
-		return w.arg
-	}
-	w := &waitArg{ms: ms, arg: strconv.FormatInt(ms, 10)}
-	s.lastWait.Store(w)
-	return w.arg
 }
 
 // lockHash is the advisory lock key of (scope, key) in the store's table (keyrow's hash,
