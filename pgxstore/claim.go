@@ -36,22 +36,17 @@ type claimRow struct {
 	pending bool
 	// locked is the try-lock's answer (NULL: a row held the key, so no lock was tried).
 	locked pgtype.Bool
-	into   [13]any // the scan destinations, kept here so that a scan allocates none
 }
 
 // dest returns the scan destinations of a claim or lookup row.
 func (r *claimRow) dest() []any {
-	r.into = [...]any{&r.claimed, &r.hash, &r.method, &r.path, &r.state, &r.point, &r.lockedUntil, &r.code,
+	return []any{&r.claimed, &r.hash, &r.method, &r.path, &r.state, &r.point, &r.lockedUntil, &r.code,
 		&r.headers, &r.body, &r.createdAt, &r.completedAt, &r.now}
-	return r.into[:]
 }
 
 // lockDest returns the scan destinations of the try-lock row: its lock_timeout is
 // skipped, its lock result goes to r.locked.
-func (r *claimRow) lockDest() []any {
-	r.into[0], r.into[1] = nil, &r.locked
-	return r.into[:2]
-}
+func (r *claimRow) lockDest() []any { return []any{nil, &r.locked} }
 
 // held is the row as storage.Decide reads it: state, fingerprint, lease and age.
 func (r *claimRow) held() storage.Record {
@@ -354,7 +349,7 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 	if err != nil {
 		return nil, nil, classify(ctx, "claim", err, true)
 	}
-	row := &l.row
+	row := &claimRow{}
 	b := &pgx.Batch{}
 	if fast {
 		l.held = conn

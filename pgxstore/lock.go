@@ -74,7 +74,6 @@ type atomicLock struct {
 	held
 	ended   bool
 	timeout time.Duration // bounds Complete (storage.Claim.Timeout)
-	row     claimRow      // the row the claim read
 	slot    slot          // hands tx to the handler
 }
 
