@@ -382,11 +382,8 @@ func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, w
 	if r == nil && locked {
 		// The lock is this transaction's: look again, with a snapshot that sees whatever
 		// its last holder committed (one column to decode; the row only if there is one).
-		// It goes to the transaction's connection pool directly, past GORM's statement
-		// building and callbacks (15 allocations of every first request): a GORM logger
-		// does not see it, as it does not see BEGIN and COMMIT.
 		var exists bool
-		if err := tx.Statement.ConnPool.QueryRowContext(tx.Statement.Context, s.existsSQL, c.Scope, c.Key).Scan(&exists); err != nil {
+		if err := tx.Raw(s.existsSQL, c.Scope, c.Key).Row().Scan(&exists); err != nil {
 			return nil, nil, true, wrap(ctx, "claim: select", err)
 		}
 		if exists {
@@ -407,8 +404,7 @@ func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, w
 		initial: storage.RecoveryStarted, point: storage.RecoveryStarted,
 		pending: true, fingerprint: c.Fingerprint, method: c.Method, path: c.Path, tx: tx,
 	}
-	l.own = holder{tx: tx, base: s.db}
-	l.held = &l.own
+	l.held = &holder{tx: tx, base: s.db}
 	return l, nil, true, nil
 }
 
@@ -416,8 +412,7 @@ func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, w
 // advisory lock is now this transaction's.
 func (s *Store) claimRow(db *gorm.DB, c storage.Claim, hash, lockTimeoutMS int64) (*row, bool, error) {
 	rc := s.iso == sql.LevelReadCommitted
-	h := any(hash) // boxed once, sent twice
-	rows, err := db.Raw(s.claimSQL, rc, lockTimeoutMS, c.Scope, c.Key, rc, h, h).Rows()
+	rows, err := db.Raw(s.claimSQL, rc, lockTimeoutMS, c.Scope, c.Key, rc, hash, hash).Rows()
 	if err != nil {
 		return nil, false, err
 	}

@@ -29,7 +29,6 @@ type lock struct {
 	fingerprint  []byte
 	method, path string
 	held         *holder // what Context hands the handler; phased: opened on first use
-	own          holder  // held, when the claim made it with the lock (one allocation)
 	ended        bool
 	inPhase      bool
 	savepoints   int           // atomic: how many phases set one, for their names

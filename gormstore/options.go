@@ -23,38 +23,48 @@ func WithRetention(d time.Duration) Option {
 
 // WithIsolation sets the isolation level of the transactions the store opens on
 // PostgreSQL and MySQL/MariaDB (the claim's, which the handler shares in atomic mode,
-// and the phases'). At REPEATABLE READ or SERIALIZABLE a twin may hit a serialization
-// failure: the store retries the claim a few times, then returns storage.ErrTransient.
-// SQLite ignores it: its write transactions are serializable. Default:
-// sql.LevelDefault, the database's own default.
+// and the phases'). Choose a level above READ COMMITTED when the handler's writes need it.
+// On PostgreSQL each level has one atomic claim: at READ COMMITTED the key's advisory lock
+// and a lookup, the completed row inserted before COMMIT (6 statements for a first request,
+// 3 for a replay); at REPEATABLE READ or SERIALIZABLE the started key row first, as
+// WithClaimRowFirst, because a snapshot taken before the lock is granted cannot see a twin
+// that committed meanwhile (6 and 5 statements, the key row written twice). At the
+// server's default level (no WithIsolation) the claim asks the transaction its level and
+// takes the matching path. At REPEATABLE READ or SERIALIZABLE a twin may hit a
+// serialization failure: the store retries the claim a few times, then returns
+// storage.ErrTransient. SQLite ignores it: its write transactions are serializable.
+// Default: sql.LevelDefault, the database's own default.
 func WithIsolation(level sql.IsolationLevel) Option {
 	return func(s *Store) { s.iso = level }
 }
 
 // WithLookupFirst makes atomic claims read the key outside a transaction first, as
 // phased claims always do: a completed key is then replayed with that one statement, and
-// only an unknown key opens a transaction (on SQLite, only those take the write lock). It
-// costs every first request one more statement, so it pays off where most requests are
-// retries. Default: off on PostgreSQL (at READ COMMITTED an atomic replay costs BEGIN, the
-// claim statement and ROLLBACK) and MySQL/MariaDB (BEGIN, the lock wait setting, the
-// claim, a SELECT … FOR UPDATE, its restore and ROLLBACK); on SQLite always on, since
-// there every claim transaction queues for the one write lock.
+// only an unknown key opens a transaction. Choose it where most requests are retries (a
+// client that retries on every timeout, a redelivering queue consumer): on PostgreSQL a
+// replay takes 1 statement instead of 3 (BEGIN, the claim, ROLLBACK), and every first
+// request one more, 7 instead of 6 (TestStatementBudget; BenchmarkAtomic gave first
+// requests 0.65 of the one-row floor against the default's 0.76, BENCHMARKS.md). On
+// MySQL/MariaDB an atomic replay otherwise costs BEGIN, the lock wait setting, the claim,
+// a SELECT … FOR UPDATE, its restore and ROLLBACK. Default: off on PostgreSQL and
+// MySQL/MariaDB; on SQLite always on, since there every claim transaction queues for the
+// one write lock.
 func WithLookupFirst() Option {
 	return func(s *Store) { s.lookupFirst = true }
 }
 
-// WithClaimRowFirst makes an atomic claim on PostgreSQL write the started key row first
-// (INSERT … ON CONFLICT DO NOTHING, then SELECT … FOR UPDATE on a conflict: a twin in
-// flight waits on that row, up to the lock wait, then replays), and Complete update it to
-// completed: the key row is written twice. Use it where the key's advisory lock does not
-// serialise twins at READ COMMITTED (an engine that accepts pg_advisory_xact_lock and does
-// not lock, as some distributed PostgreSQL-like databases do): there, without it, a twin
-// runs its handler too and then fails on the key's INSERT (rolled back; it answers with
-// the winner's replay). At REPEATABLE READ or SERIALIZABLE the claim writes the row first anyway.
-// MySQL/MariaDB and SQLite always claim with the key row's INSERT. Default: off on
-// PostgreSQL at READ COMMITTED: the claim takes the key's transaction-scoped advisory lock
-// and looks the key up, and Complete inserts the completed row just before COMMIT, the
-// request's one write to the key table (see the package documentation).
+// WithClaimRowFirst makes an atomic claim on PostgreSQL at READ COMMITTED write the
+// started key row first (INSERT … ON CONFLICT DO NOTHING, then SELECT … FOR UPDATE on a
+// conflict: a twin in flight waits on that row, up to the lock wait, then replays), and
+// Complete update it to completed. Choose it only on an engine whose
+// pg_advisory_xact_lock accepts the call and does not lock (some distributed
+// PostgreSQL-like databases): there, without it, exactly once still holds (the primary key
+// decides; the twin that records second rolls back everything and answers with the
+// winner's replay), but concurrent twins each run their handler. On PostgreSQL it is
+// slower: the key row is written twice, a replay takes 5 statements instead of 3, and
+// BenchmarkAtomic gave 0.62 of the one-row floor against the default's 0.76
+// (BENCHMARKS.md). At REPEATABLE READ or SERIALIZABLE the claim writes the row first
+// anyway; MySQL/MariaDB and SQLite always claim with the key row's INSERT. Default: off.
 func WithClaimRowFirst() Option {
 	return func(s *Store) { s.rowFirst = true }
 }

@@ -74,7 +74,7 @@ func New(db *gorm.DB, opts ...Option) *Store {
 	// claimSQL: the key's row, if one holds it, and the advisory lock taken only when none
 	// does (claimLocked).
 	s.claimSQL = claimSQL(s.quoted)
-	s.existsSQL = "SELECT EXISTS (SELECT 1 FROM " + s.quoted + " WHERE scope = $1 AND idem_key = $2)"
+	s.existsSQL = "SELECT EXISTS (SELECT 1 FROM " + s.quoted + " WHERE scope = ? AND idem_key = ?)"
 	s.recordSQL = "INSERT INTO " + s.quoted + " (scope, idem_key, request_hash, method, path, state, recovery_point, " +
 		"response_code, response_headers, response_body, created_at, completed_at) " +
 		"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now(), statement_timestamp())"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/idemkit/idem/core/storage"
@@ -35,22 +36,17 @@ type claimRow struct {
 	pending bool
 	// locked is the try-lock's answer (NULL: a row held the key, so no lock was tried).
 	locked pgtype.Bool
-	into   [13]any // the scan destinations, kept here so that a scan allocates none
 }
 
 // dest returns the scan destinations of a claim or lookup row.
 func (r *claimRow) dest() []any {
-	r.into = [...]any{&r.claimed, &r.hash, &r.method, &r.path, &r.state, &r.point, &r.lockedUntil, &r.code,
+	return []any{&r.claimed, &r.hash, &r.method, &r.path, &r.state, &r.point, &r.lockedUntil, &r.code,
 		&r.headers, &r.body, &r.createdAt, &r.completedAt, &r.now}
-	return r.into[:]
 }
 
 // lockDest returns the scan destinations of the try-lock row: its lock_timeout is
 // skipped, its lock result goes to r.locked.
-func (r *claimRow) lockDest() []any {
-	r.into[0], r.into[1] = nil, &r.locked
-	return r.into[:2]
-}
+func (r *claimRow) lockDest() []any { return []any{nil, &r.locked} }
 
 // held is the row as storage.Decide reads it: state, fingerprint, lease and age.
 func (r *claimRow) held() storage.Record {
@@ -348,24 +344,21 @@ var errWaited = fmt.Errorf("pgxstore: claim: waited for a twin: %w", storage.Err
 func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Duration) (storage.Lock, *storage.Record, error) {
 	l := &atomicLock{s: s, scope: c.Scope, key: c.Key, timeout: c.Timeout,
 		fingerprint: c.Fingerprint, method: c.Method, path: c.Path}
-	// The arguments, each boxed once for the statements (and the completion) that share
-	// them.
-	var ms, hash any = s.lockTimeout(wait), s.lockHash(c.Scope, c.Key)
-	l.scopeArg, l.keyArg = c.Scope, c.Key
-	scope, key := l.scopeArg, l.keyArg
+	ms, hash := strconv.FormatInt(max(wait.Milliseconds(), 1), 10), s.lockHash(c.Scope, c.Key)
 	conn, fast, err := s.dedicated(ctx, wait)
 	if err != nil {
 		return nil, nil, classify(ctx, "claim", err, true)
 	}
-	row := &l.row
-	b := l.batch.reset(fast, s.iso)
+	row := &claimRow{}
+	b := &pgx.Batch{}
 	if fast {
 		l.held = conn
+		b.BeginTx(pgx.TxOptions{IsoLevel: s.iso})
 	} else if l.tx, err = s.begin(ctx, wait); err != nil {
 		return nil, nil, classify(ctx, "claim", err, true)
 	}
-	l.batch.queue(s.q.tryLock, ms, hash, scope, key)
-	l.batch.queue(s.q.lookup, scope, key)
+	b.Queue(s.q.tryLock, ms, hash, c.Scope, c.Key)
+	b.Queue(s.q.lookup, c.Scope, c.Key)
 	var br pgx.BatchResults
 	if fast {
 		br = l.conn.SendBatch(ctx, b)
@@ -390,9 +383,9 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 		// that held the key went away between the two statements.
 		*row = claimRow{}
 		if s.iso == pgx.ReadCommitted {
-			b = l.batch.reset(false, s.iso)
-			l.batch.queue(s.q.lock, ms, hash)
-			l.batch.queue(s.q.lookup, scope, key)
+			b = &pgx.Batch{}
+			b.Queue(s.q.lock, ms, hash)
+			b.Queue(s.q.lookup, c.Scope, c.Key)
 			br = l.tx.SendBatch(ctx, b)
 			if _, err = br.Exec(); err == nil {
 				found, err = scanned(br.QueryRow().Scan(row.dest()...))
@@ -419,7 +412,7 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 	// Complete.
 	l.tok = keyrow.NewToken()
 	read := func(row *claimRow) (bool, error) {
-		found, err := s.scanRow(ctx, l.tx, wait, s.q.lookup, []any{scope, key}, row)
+		found, err := s.scanRow(ctx, l.tx, wait, s.q.lookup, []any{c.Scope, c.Key}, row)
 		if err == nil && !found {
 			row.claimed, row.pending = true, true
 		}

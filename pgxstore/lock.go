@@ -74,13 +74,7 @@ type atomicLock struct {
 	held
 	ended   bool
 	timeout time.Duration // bounds Complete (storage.Claim.Timeout)
-	// Allocated with the lock: the claim's scope and key boxed once for its statements
-	// and the completion's, the row the claim read, the batch of each round trip, and
-	// the slot that hands tx to the handler.
-	scopeArg, keyArg any
-	row              claimRow
-	batch            batch
-	slot             slot
+	slot    slot          // hands tx to the handler
 }
 
 var _ storage.Lock = (*atomicLock)(nil)
@@ -139,25 +133,21 @@ func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
 	}
 	l.ended = true
 	l.slot.take()
-	b := l.batch.reset(false, l.s.iso)
+	b := &pgx.Batch{}
+	var q *pgx.QueuedQuery
 	if l.pending {
-		var point any = storage.RecoveryStarted // a constant: boxed without allocating
-		if l.point != storage.RecoveryStarted {
-			point = l.point
-		}
-		l.batch.queue(l.s.q.record, l.scopeArg, l.keyArg, l.fingerprint, l.method, l.path, point,
+		q = b.Queue(l.s.q.record, l.scope, l.key, l.fingerprint, l.method, l.path, l.point,
 			int32(r.Status), storage.EncodeHeader(r.Header), r.Body)
 	} else {
-		l.batch.queue(l.s.q.complete, completeArgs(l.scope, l.key, l.tok, r)...)
+		q = b.Queue(l.s.q.complete, completeArgs(l.scope, l.key, l.tok, r)...)
 	}
 	if l.conn == nil {
 		ctx, cancel := bounded(ctx, l.timeout)
 		defer cancel()
-		q := b.QueuedQueries[0]
 		return l.completeTx(ctx, q.SQL, q.Arguments)
 	}
 	defer l.giveBack()
-	l.batch.queue("commit")
+	b.Queue("commit")
 	// On the connection the lock holds, the connection's deadline bounds the round trip
 	// rather than a context's: the engine's context is never cancelled, so pgx has
 	// nothing to watch (a deadline context costs a timer, and pgx a context watch, ten

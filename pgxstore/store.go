@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -80,9 +79,19 @@ func WithRetention(d time.Duration) Option {
 
 // WithIsolation sets the isolation level of the store's transactions (the atomic claim
 // and the handler's writes, phases, the phased final transaction). Default:
-// pgx.ReadCommitted. At pgx.RepeatableRead (the default of distributed PostgreSQL-like
-// databases) a twin that waited for a transaction that then committed gets a
-// serialization failure: the store starts its claim again, which then replays.
+// pgx.ReadCommitted. Choose pgx.RepeatableRead or pgx.Serializable when the handler's
+// writes need that level (or the database runs no other, as distributed PostgreSQL-like
+// databases often do). Each level has one atomic claim:
+//
+//   - READ COMMITTED: the key's advisory lock and a lookup; Complete inserts the completed
+//     key row before COMMIT, the request's one write to the key table (3 round trips for a
+//     first request, 2 for a replay; 0.92 of the one-row floor in BENCHMARKS.md).
+//   - REPEATABLE READ and SERIALIZABLE: the started key row first, as WithClaimRowFirst,
+//     because a snapshot taken before the advisory lock is granted cannot see a twin that
+//     committed meanwhile; twins wait on the row instead (3 round trips for a first
+//     request, 3 for a replay, the key row written twice). A twin that waited for a
+//     transaction that then committed gets a serialization failure: the store starts its
+//     claim again, which then replays.
 func WithIsolation(level pgx.TxIsoLevel) Option {
 	switch level {
 	case pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable:
@@ -93,23 +102,24 @@ func WithIsolation(level pgx.TxIsoLevel) Option {
 }
 
 // WithLookupFirst makes atomic claims read the key outside a transaction first: a
-// completed key is then replayed with that one statement, and only an unknown key opens a
-// transaction. It costs every first request one more round trip, so it pays off only
-// where most requests are retries. Default: off (the claim itself reads the key, in the
-// same round trip as BEGIN).
+// completed key is replayed with that one statement, and only an unknown key opens a
+// transaction. Choose it where most requests are retries (a client that retries on every
+// timeout, a queue consumer that redelivers): a replay takes 1 round trip instead of 2,
+// and opens no transaction; every first request pays one round trip more, 4 instead of 3
+// (TestStatementBudget). Default: off.
 func WithLookupFirst() Option { return func(s *Store) { s.lookupFirst = true } }
 
-// WithClaimRowFirst makes an atomic claim write the started key row first (INSERT … ON
-// CONFLICT DO NOTHING: a twin in flight waits on that row, up to the lock wait, then
-// replays), and Complete update it to completed: the key row is written twice. Use it
-// where the key's advisory lock does not serialise twins at READ COMMITTED (an engine
-// that accepts pg_advisory_xact_lock and does not lock, as some distributed
-// PostgreSQL-like databases do): there, without it, a twin runs its handler too and then
-// fails on the key's INSERT (rolled back; it answers with the winner's replay). At REPEATABLE READ or
-// SERIALIZABLE (WithIsolation) the claim writes the row first anyway. Default: off at READ
-// COMMITTED: the claim takes the key's transaction-scoped advisory lock and looks the key
-// up, and Complete inserts the completed row just before COMMIT, the request's one write
-// to the key table (see the package documentation).
+// WithClaimRowFirst makes the atomic claim at READ COMMITTED write the started key row
+// first (INSERT … ON CONFLICT DO NOTHING: a twin in flight waits on that row, up to the
+// lock wait, then replays), and Complete update it to completed. Choose it only on an
+// engine whose pg_advisory_xact_lock accepts the call and does not lock (some distributed
+// PostgreSQL-like databases): there, without it, exactly once still holds (the primary
+// key decides, and the twin that records second rolls back everything and answers with
+// the winner's replay), but concurrent twins each run their handler. On PostgreSQL it is
+// slower: the key row is written twice, a replay takes 3 round trips instead of 2, and
+// BenchmarkFloor gave 0.85 of the one-row floor against the default's 0.92
+// (BENCHMARKS.md). At REPEATABLE READ and SERIALIZABLE (WithIsolation) the claim writes
+// the row first anyway. Default: off.
 func WithClaimRowFirst() Option { return func(s *Store) { s.claimFirst = true } }
 
 // WithSweepByPrimaryKey makes DeleteExpired delete by primary key instead of by ctid, for
@@ -128,9 +138,6 @@ type Store struct {
 	sweepPK     bool
 	q           queries
 	lockSeed    keyrow.LockSeed // lockHash's state after the table name
-	// The atomic claim's argument that repeats from claim to claim, boxed once: the last
-	// lock wait's lock_timeout text.
-	lastWait atomic.Pointer[waitArg]
 	// sem serialises use of a DB that is one connection (*pgx.Conn, pgx.Tx); nil for a
 	// pool.
 	sem chan struct{}
@@ -149,9 +156,9 @@ func New(db DB, opts ...Option) *Store {
 		o(s)
 	}
 	if s.iso != pgx.ReadCommitted {
-		// A REPEATABLE READ snapshot is taken before the advisory lock is granted, so it
-		// cannot see a twin that committed in between: the twin's handler would run
-		// too. There the key row, written first, serialises twins (WithClaimRowFirst).
+		// The one claim of REPEATABLE READ and SERIALIZABLE (see WithIsolation): a
+		// snapshot is taken before the advisory lock is granted, so it cannot see a twin
+		// that committed in between; the key row, written first, serialises twins.
 		s.claimFirst = true
 	}
 	switch db.(type) {
@@ -161,25 +168,6 @@ func New(db DB, opts ...Option) *Store {
 	s.q = newQueries(s.table)
 	s.lockSeed = keyrow.NewLockSeed(s.table.Sanitize())
 	return s
-}
-
-// waitArg is a lock wait's lock_timeout argument: milliseconds, as text.
-type waitArg struct {
-	ms  int64
-	arg any
-}
-
-// lockTimeout returns the lock_timeout argument of a claim that waits up to wait (at
-// least 1ms: 0 would wait for ever), boxed once while claims wait as many milliseconds
-// (the engine gives every claim the same lock wait).
-func (s *Store) lockTimeout(wait time.Duration) any {
-	ms := max(wait.Milliseconds(), 1)
-	if w := s.lastWait.Load(); w != nil && w.ms == ms {
-		return w.arg
-	}
-	w := &waitArg{ms: ms, arg: strconv.FormatInt(ms, 10)}
-	s.lastWait.Store(w)
-	return w.arg
 }
 
 // lockHash is the advisory lock key of (scope, key) in the store's table (keyrow's hash,
