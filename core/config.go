@@ -155,7 +155,7 @@ func DefaultConfig() Config {
 		StoreTimeout:    DefaultStoreTimeout,
 		MaxRequestBody:  DefaultMaxRequestBody,
 		MaxResponseBody: DefaultMaxResponseBody,
-		ReplayHeaders:   append([]string(nil), DefaultReplayHeaders...),
+		ReplayHeaders:   append([]string(nil), DefaultReplayHeaders()...),
 		Storable:        StorableStatus,
 		Fingerprint:     Fingerprint,
 		Problem:         WriteProblem,

@@ -386,12 +386,12 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c *call, lock s
 // started reports the claim of c's key, which a takeover also logs, at Info: an
 // earlier attempt crashed or outlived its lease.
 func (e *Engine) started(ctx context.Context, c *call, lock storage.Lock) Outcome {
-	if !lock.TakenOver() {
+	if !lock.Resumed() {
 		return OutcomeClaimed
 	}
 	e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "idem: took over a key whose lease expired; its operation runs again from its recovery point",
 		append(e.attrs(c, nil), slog.String("recovery_point", lock.RecoveryPoint()))...)
-	return OutcomeTookOver
+	return OutcomeResumed
 }
 
 // renewedLease is the lease the engine renews while an operation's work runs: the

@@ -399,7 +399,7 @@ type failingLock struct{ s *failingStore }
 
 func (l *failingLock) Context(ctx context.Context) context.Context { return ctx }
 func (l *failingLock) RecoveryPoint() string                       { return storage.RecoveryStarted }
-func (l *failingLock) TakenOver() bool                             { return false }
+func (l *failingLock) Resumed() bool                               { return false }
 func (l *failingLock) Renew(context.Context) error                 { return nil }
 func (l *failingLock) Phase(ctx context.Context, _ string, fn func(context.Context) error) error {
 	return fn(ctx)

@@ -103,18 +103,18 @@ func (rn *run) Read(p []byte) (int, error) { return rn.body.Read(p) }
 func (rn *run) Close() error { return nil }
 
 // OperationFrom returns the operation of a keyed request. It panics when ctx has none:
-// use it in handlers behind the middleware on keyed routes, and OperationFromSafely
+// use it in handlers behind the middleware on keyed routes, and OperationFromContext
 // where the key is optional.
 func OperationFrom(ctx context.Context) *Operation {
-	op, err := OperationFromSafely(ctx)
+	op, err := OperationFromContext(ctx)
 	if err != nil {
 		panic(fmt.Sprintf("%v: is the route behind the idem middleware, with a key?", err))
 	}
 	return op
 }
 
-// OperationFromSafely returns the operation of a keyed request, or ErrNoOperation.
-func OperationFromSafely(ctx context.Context) (*Operation, error) {
+// OperationFromContext returns the operation of a keyed request, or ErrNoOperation.
+func OperationFromContext(ctx context.Context) (*Operation, error) {
 	if op, ok := ctx.Value(operationKey{}).(*Operation); ok {
 		return op, nil
 	}
@@ -132,7 +132,7 @@ func (o *Operation) Scope() string { return o.scope }
 func (o *Operation) RecoveryPoint() string { return o.point }
 
 // Resumed reports whether this run took over an earlier attempt whose lease expired.
-func (o *Operation) Resumed() bool { return o.lock.TakenOver() }
+func (o *Operation) Resumed() bool { return o.lock.Resumed() }
 
 // DerivedKey returns "<key>:<suffix>", an idempotency key for a call to another
 // service (a payment provider, say) that is stable across retries and takeovers. It is

@@ -125,7 +125,7 @@ func TestStaleWorkerLosesLease(t *testing.T) {
 
 func TestOperationFromWithoutOperation(t *testing.T) {
 	t.Parallel()
-	if _, err := core.OperationFromSafely(context.Background()); !errors.Is(err, core.ErrNoOperation) {
+	if _, err := core.OperationFromContext(context.Background()); !errors.Is(err, core.ErrNoOperation) {
 		t.Fatalf("err = %v, want ErrNoOperation", err)
 	}
 	defer func() {

@@ -176,7 +176,7 @@ func TestOptionalKeyPassesThrough(t *testing.T) {
 	var runs atomic.Int64
 	e := newEcho()
 	e.POST("/x", func(c echo.Context) error {
-		_, err := core.OperationFromSafely(c.Request().Context())
+		_, err := core.OperationFromContext(c.Request().Context())
 		n := runs.Add(1)
 		if c.QueryParam("teapot") != "" {
 			return echo.NewHTTPError(http.StatusTeapot, "short and stout")

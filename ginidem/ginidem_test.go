@@ -182,7 +182,7 @@ func TestOptionalKeyPassesThrough(t *testing.T) {
 		Scope:  func(*gin.Context) string { return "tenant" },
 		Config: core.Config{Store: memstore.New(), KeyOptional: true},
 	}), func(c *gin.Context) {
-		_, err := core.OperationFromSafely(c.Request.Context())
+		_, err := core.OperationFromContext(c.Request.Context())
 		c.String(http.StatusCreated, "%d %t", runs.Add(1), errors.Is(err, core.ErrNoOperation))
 	})
 	for i, want := range []string{"1 true", "2 true"} {

@@ -83,7 +83,7 @@ func ordersTx(t *testing.T, db *gorm.DB) *storetest.TxHooks {
 	require.NoError(t, db.Table(table).AutoMigrate(&order{}), "migrate the orders table")
 	return &storetest.TxHooks{
 		Write: func(ctx context.Context, label string) error {
-			tx, err := gormstore.DBSafely(ctx)
+			tx, err := gormstore.DBFromContext(ctx)
 			if err != nil {
 				return err
 			}
@@ -95,14 +95,14 @@ func ordersTx(t *testing.T, db *gorm.DB) *storetest.TxHooks {
 			return int(n), err
 		},
 		Commit: func(ctx context.Context) error {
-			tx, err := gormstore.DBSafely(ctx)
+			tx, err := gormstore.DBFromContext(ctx)
 			if err != nil {
 				return err
 			}
 			return tx.Commit().Error
 		},
 		Rollback: func(ctx context.Context) error {
-			tx, err := gormstore.DBSafely(ctx)
+			tx, err := gormstore.DBFromContext(ctx)
 			if err != nil {
 				return err
 			}

@@ -12,7 +12,7 @@ import (
 	"github.com/idemkit/idem/core/storage"
 )
 
-// ErrNoTx is returned by DBSafely when the context carries no transaction: the
+// ErrNoTx is returned by DBFromContext when the context carries no transaction: the
 // request did not go through the idem middleware with a key (or the key was optional
 // and absent), and no caller set one with WithTx.
 var ErrNoTx = errors.New("gormstore: no transaction in context")
@@ -167,12 +167,12 @@ func WithTx(ctx context.Context, tx *gorm.DB) context.Context {
 // DB panics when ctx carries no transaction: the route is not behind the middleware, the
 // request had no key, or the context did not come from the request (nor from WithTx).
 // Writing outside the transaction would silently lose the guarantee, so there is no
-// fallback to the plain database; use DBSafely where the transaction is optional.
+// fallback to the plain database; use DBFromContext where the transaction is optional.
 func DB(ctx context.Context) *gorm.DB {
 	h, ok := ctx.Value(ctxKey{}).(*holder)
 	if !ok {
 		panic(fmt.Sprintf("%v: gormstore.DB needs the context of a request handled by the idem middleware with a key, "+
-			"or one made by gormstore.WithTx; use gormstore.DBSafely where there may be none", ErrNoTx))
+			"or one made by gormstore.WithTx; use gormstore.DBFromContext where there may be none", ErrNoTx))
 	}
 	tx, pool, err := h.get()
 	if err != nil {
@@ -183,9 +183,9 @@ func DB(ctx context.Context) *gorm.DB {
 	return handlerDB(ctx, tx, pool)
 }
 
-// DBSafely is DB returning an error instead of panicking: ErrNoTx when ctx
+// DBFromContext is DB returning an error instead of panicking: ErrNoTx when ctx
 // carries no transaction, or the error of opening it.
-func DBSafely(ctx context.Context) (*gorm.DB, error) {
+func DBFromContext(ctx context.Context) (*gorm.DB, error) {
 	h, ok := ctx.Value(ctxKey{}).(*holder)
 	if !ok {
 		return nil, ErrNoTx

@@ -104,7 +104,7 @@ func ExampleWithTx() {
 	})
 	fmt.Println("created:", err == nil)
 
-	_, err = gormstore.DBSafely(context.Background())
+	_, err = gormstore.DBFromContext(context.Background())
 	fmt.Println(err)
 	// Output:
 	// created: true

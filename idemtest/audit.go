@@ -384,7 +384,7 @@ func (a AuditTarget) withDefaults() (AuditTarget, error) {
 		}
 	}
 	if a.Methods == nil {
-		a.Methods = DefaultUnsafeMethods
+		a.Methods = DefaultUnsafeMethods()
 	}
 	a.Methods = slices.Clone(a.Methods)
 	for i, m := range a.Methods {

@@ -57,7 +57,7 @@ type seriesKey struct {
 
 const maxSeries = 1000
 
-var outcomes = []core.Outcome{core.OutcomeClaimed, core.OutcomeTookOver, core.OutcomeReplayed, core.OutcomeConflict, core.OutcomeMismatch,
+var outcomes = []core.Outcome{core.OutcomeClaimed, core.OutcomeResumed, core.OutcomeReplayed, core.OutcomeConflict, core.OutcomeMismatch,
 	core.OutcomeCompleted, core.OutcomeRolledBack, core.OutcomeRejected, core.OutcomeStoreError}
 
 func recordSet(kvs ...attribute.KeyValue) []metric.RecordOption {
@@ -125,17 +125,17 @@ func New(opts ...Option) (*Hooks, error) {
 	h := &Hooks{identifiers: o.identifiers, durations: make(map[core.Outcome][]metric.RecordOption), requestSets: make(map[seriesKey][]metric.AddOption)}
 	var err error
 	if h.requests, err = m.Int64Counter("idem.requests", metric.WithUnit("{request}"),
-		metric.WithDescription("Keyed requests by what the idempotency engine did: once under the final outcome, and once more under claimed or took_over when the handler ran.")); err != nil {
+		metric.WithDescription("Keyed requests by what the idempotency engine did: once under the final outcome, and once more under claimed or resumed when the handler ran.")); err != nil {
 		return nil, fmt.Errorf("otelidem: idem.requests: %w", err)
 	}
 	if h.duration, err = m.Float64Histogram("idem.request.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time a keyed request spent in the idempotency middleware, handler included, by final outcome."),
-		metric.WithExplicitBucketBoundaries(DefaultRequestBuckets...)); err != nil {
+		metric.WithExplicitBucketBoundaries(DefaultRequestBuckets()...)); err != nil {
 		return nil, fmt.Errorf("otelidem: idem.request.duration: %w", err)
 	}
 	if h.store, err = m.Float64Histogram("idem.store.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time the idempotency store took per request: to claim the key, to complete (record and commit) or to release it."),
-		metric.WithExplicitBucketBoundaries(DefaultStoreBuckets...)); err != nil {
+		metric.WithExplicitBucketBoundaries(DefaultStoreBuckets()...)); err != nil {
 		return nil, fmt.Errorf("otelidem: idem.store.duration: %w", err)
 	}
 	h.claim, h.complete, h.release = recordSet(AttrStoreOp.String("claim")), recordSet(AttrStoreOp.String("complete")), recordSet(AttrStoreOp.String("release"))
@@ -193,8 +193,8 @@ func eventName(o core.Outcome) string {
 		return "idem.conflict"
 	case core.OutcomeMismatch:
 		return "idem.mismatch"
-	case core.OutcomeTookOver:
-		return "idem.took_over"
+	case core.OutcomeResumed:
+		return "idem.resumed"
 	case core.OutcomeRolledBack:
 		return "idem.rolled_back"
 	case core.OutcomeStoreError:

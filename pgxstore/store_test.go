@@ -70,7 +70,7 @@ func ordersTx(t *testing.T, pool *pgxpool.Pool, schema string) *storetest.TxHook
 	exec(t, pool, "CREATE TABLE "+table+" (id bigserial PRIMARY KEY, label text NOT NULL)")
 	return &storetest.TxHooks{
 		Write: func(ctx context.Context, label string) error {
-			tx, err := pgxstore.TxSafely(ctx)
+			tx, err := pgxstore.TxFromContext(ctx)
 			if err != nil {
 				return err
 			}
@@ -83,14 +83,14 @@ func ordersTx(t *testing.T, pool *pgxpool.Pool, schema string) *storetest.TxHook
 			return n, err
 		},
 		Commit: func(ctx context.Context) error {
-			tx, err := pgxstore.TxSafely(ctx)
+			tx, err := pgxstore.TxFromContext(ctx)
 			if err != nil {
 				return err
 			}
 			return tx.Commit(ctx)
 		},
 		Rollback: func(ctx context.Context) error {
-			tx, err := pgxstore.TxSafely(ctx)
+			tx, err := pgxstore.TxFromContext(ctx)
 			if err != nil {
 				return err
 			}

@@ -14,7 +14,7 @@ import (
 	"github.com/idemkit/idem/core/storage"
 )
 
-// ErrNoTx is returned by TxSafely when the context carries no transaction: the request is
+// ErrNoTx is returned by TxFromContext when the context carries no transaction: the request is
 // not behind the idem middleware, its route is not keyed, or the key was optional and
 // absent.
 var ErrNoTx = errors.New("pgxstore: no idempotency transaction in context")
@@ -40,7 +40,7 @@ type fixed struct{ t pgx.Tx }
 func (f fixed) tx(context.Context) (pgx.Tx, error) { return f.t, nil }
 
 // WithTx returns a copy of ctx carrying tx, so code that gets its transaction with Tx or
-// TxSafely runs outside the middleware too (a job, a script, a test) in a transaction the
+// TxFromContext runs outside the middleware too (a job, a script, a test) in a transaction the
 // caller manages. Tx then returns tx itself.
 func WithTx(ctx context.Context, tx pgx.Tx) context.Context {
 	if tx == nil {
@@ -57,7 +57,7 @@ func WithTx(ctx context.Context, tx pgx.Tx) context.Context {
 // (ErrTxOwned).
 //
 // Tx panics when ctx carries no transaction (a route not behind the middleware, or an
-// optional key that was absent): use TxSafely there. If beginning the final transaction
+// optional key that was absent): use TxFromContext there. If beginning the final transaction
 // fails, the returned transaction reports that error from every method.
 func Tx(ctx context.Context) pgx.Tx {
 	src, ok := ctx.Value(ctxKey{}).(source)
@@ -72,9 +72,9 @@ func Tx(ctx context.Context) pgx.Tx {
 	return tx
 }
 
-// TxSafely is Tx returning an error instead: ErrNoTx when ctx carries no transaction, or
+// TxFromContext is Tx returning an error instead: ErrNoTx when ctx carries no transaction, or
 // the error of beginning the final transaction.
-func TxSafely(ctx context.Context) (pgx.Tx, error) {
+func TxFromContext(ctx context.Context) (pgx.Tx, error) {
 	src, ok := ctx.Value(ctxKey{}).(source)
 	if !ok {
 		return nil, ErrNoTx

@@ -57,13 +57,13 @@ func things(t *testing.T, db pgxstore.DB, table string) string {
 	return s
 }
 
-// TestTxFromContext: Tx panics and TxSafely returns ErrNoTx without a transaction; WithTx
+// TestTxFromContext: Tx panics and TxFromContext returns ErrNoTx without a transaction; WithTx
 // puts one in.
 func TestTxFromContext(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	if _, err := pgxstore.TxSafely(ctx); !errors.Is(err, pgxstore.ErrNoTx) {
-		t.Fatalf("TxSafely without a transaction: %v, want ErrNoTx", err)
+	if _, err := pgxstore.TxFromContext(ctx); !errors.Is(err, pgxstore.ErrNoTx) {
+		t.Fatalf("TxFromContext without a transaction: %v, want ErrNoTx", err)
 	}
 	func() {
 		defer func() {
@@ -83,8 +83,8 @@ func TestTxFromContext(t *testing.T) {
 	if got := pgxstore.Tx(wctx); got != tx {
 		t.Fatalf("Tx(WithTx(ctx, tx)) = %v, want tx", got)
 	}
-	if got, err := pgxstore.TxSafely(wctx); got != tx || err != nil {
-		t.Fatalf("TxSafely(WithTx(ctx, tx)) = %v, %v", got, err)
+	if got, err := pgxstore.TxFromContext(wctx); got != tx || err != nil {
+		t.Fatalf("TxFromContext(WithTx(ctx, tx)) = %v, %v", got, err)
 	}
 }
 
@@ -384,8 +384,8 @@ func TestAtomicTakeover(t *testing.T) {
 	a := c
 	a.Mode = storage.ModeAtomic
 	lock := mustLock(t, store, a)
-	if !lock.TakenOver() || lock.RecoveryPoint() != "charged" {
-		t.Fatalf("atomic claim of an expired lease: taken over %v, point %q; want true, charged", lock.TakenOver(), lock.RecoveryPoint())
+	if !lock.Resumed() || lock.RecoveryPoint() != "charged" {
+		t.Fatalf("atomic claim of an expired lease: taken over %v, point %q; want true, charged", lock.Resumed(), lock.RecoveryPoint())
 	}
 	if err := lock.Complete(ctx, &storage.Response{Status: http.StatusCreated, Body: []byte("atomic")}); err != nil {
 		t.Fatal(err)

@@ -49,14 +49,14 @@ func New(reg prometheus.Registerer, opts ...Option) (*Hooks, error) {
 	if reg == nil {
 		return nil, errors.New("promidem: New: the Registerer is nil (pass prometheus.DefaultRegisterer for the global registry)")
 	}
-	o := options{store: DefaultStoreBuckets, request: DefaultRequestBuckets}
+	o := options{store: DefaultStoreBuckets(), request: DefaultRequestBuckets()}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	h := &Hooks{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_requests_total",
-			Help: "Keyed requests by what the idempotency engine did: once under the final outcome, and once more under claimed or took_over when the handler ran.",
+			Help: "Keyed requests by what the idempotency engine did: once under the final outcome, and once more under claimed or resumed when the handler ran.",
 		}, []string{"outcome", "route"}),
 		request: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "idem_request_seconds",

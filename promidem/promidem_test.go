@@ -81,7 +81,7 @@ func TestCountsRequestsByOutcomeAndRoute(t *testing.T) {
 	require.Equal(t, 502, send(t, h, "PATCH", "/v1/orders/43", "k3", `{}`))
 
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP idem_requests_total Keyed requests by what the idempotency engine did: once under the final outcome, and once more under claimed or took_over when the handler ran.
+# HELP idem_requests_total Keyed requests by what the idempotency engine did: once under the final outcome, and once more under claimed or resumed when the handler ran.
 # TYPE idem_requests_total counter
 idem_requests_total{outcome="claimed",route="POST /v1/orders"} 1
 idem_requests_total{outcome="completed",route="POST /v1/orders"} 1

@@ -149,7 +149,7 @@ type Store interface {
 	//     answers 422 or 409. A store never waits for a live lease.
 	//   - A started record whose lease has expired and whose fingerprint equals
 	//     c.Fingerprint: taken over atomically (only one of several racing claimers wins)
-	//     with a fresh token; the Lock reports TakenOver and the recorded recovery point.
+	//     with a fresh token; the Lock reports Resumed and the recorded recovery point.
 	//     With a different fingerprint the record is returned instead.
 	//   - A twin transaction in flight (atomic): Claim waits for it up to c.LockWait and
 	//     then returns an error wrapping ErrInProgress; if the twin rolled back, Claim
@@ -190,8 +190,8 @@ type Lock interface {
 	// RecoveryStarted for a fresh claim.
 	RecoveryPoint() string
 
-	// TakenOver reports whether this lock took over an expired lease.
-	TakenOver() bool
+	// Resumed reports whether this lock took over an expired lease.
+	Resumed() bool
 
 	// Phase runs fn and records point as the new recovery point. If fn returns an error,
 	// Phase returns it and keeps none of fn's writes, in either mode.

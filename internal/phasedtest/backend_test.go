@@ -178,7 +178,7 @@ func connect(s spec, p pools) (*backend, error) {
 	case kindPgx:
 		b.store = pgxstore.New(p.store, pgxstore.WithTable(s.Schema+"."+keyTable))
 		b.tx = func(ctx context.Context) (conn, error) {
-			tx, err := pgxstore.TxSafely(ctx)
+			tx, err := pgxstore.TxFromContext(ctx)
 			return pgxConn{tx}, err
 		}
 		b.data = pgxConn{p.aux}
@@ -213,7 +213,7 @@ func connect(s spec, p pools) (*backend, error) {
 }
 
 func gormTx(ctx context.Context) (conn, error) {
-	db, err := gormstore.DBSafely(ctx)
+	db, err := gormstore.DBFromContext(ctx)
 	return gormConn{db}, err
 }
 

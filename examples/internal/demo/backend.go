@@ -149,7 +149,7 @@ func openDatabase(ctx context.Context, cfg Config) (*backend, error) {
 				return pgxTx{pgxQ{tx}, tx}, nil
 			},
 			tx: func(ctx context.Context) (querier, error) {
-				tx, err := pgxstore.TxSafely(ctx)
+				tx, err := pgxstore.TxFromContext(ctx)
 				if err != nil {
 					return nil, err
 				}
@@ -186,7 +186,7 @@ func gormBackend(name, dialect string, db *gorm.DB) (*backend, error) {
 			return gormTx{gormQ{tx}}, nil
 		},
 		tx: func(ctx context.Context) (querier, error) {
-			tx, err := gormstore.DBSafely(ctx)
+			tx, err := gormstore.DBFromContext(ctx)
 			if err != nil {
 				return nil, err
 			}
