@@ -138,8 +138,12 @@ const (
 	DefaultRetryAfter      = time.Second
 )
 
-// DefaultReplayHeaders are the response headers stored and replayed by default.
-var DefaultReplayHeaders = []string{"Location", "Content-Type", "Content-Location", "ETag", "Last-Modified", "Link"}
+// DefaultReplayHeaders returns the response headers stored and replayed by default:
+// Location, Content-Type, Content-Location, ETag, Last-Modified and Link, in a new slice
+// each call (append to it to replay one more).
+func DefaultReplayHeaders() []string {
+	return []string{"Location", "Content-Type", "Content-Location", "ETag", "Last-Modified", "Link"}
+}
 
 // neverReplayed headers carry credentials or per-client state; they are never stored.
 var neverReplayed = []string{"Set-Cookie", "Authorization", "WWW-Authenticate", "Proxy-Authenticate"}
@@ -155,7 +159,7 @@ func DefaultConfig() Config {
 		StoreTimeout:    DefaultStoreTimeout,
 		MaxRequestBody:  DefaultMaxRequestBody,
 		MaxResponseBody: DefaultMaxResponseBody,
-		ReplayHeaders:   append([]string(nil), DefaultReplayHeaders()...),
+		ReplayHeaders:   DefaultReplayHeaders(),
 		Storable:        StorableStatus,
 		Fingerprint:     Fingerprint,
 		Problem:         WriteProblem,

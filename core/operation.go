@@ -102,23 +102,22 @@ func (rn *run) Read(p []byte) (int, error) { return rn.body.Read(p) }
 // Close does nothing: the server closes the original body.
 func (rn *run) Close() error { return nil }
 
-// OperationFrom returns the operation of a keyed request. It panics when ctx has none:
-// use it in handlers behind the middleware on keyed routes, and OperationFromContext
-// where the key is optional.
+// OperationFrom returns the operation of a keyed request. It panics with an error wrapping
+// ErrNoOperation when ctx has none: use it in handlers behind the middleware on keyed
+// routes, and OperationFromContext where the key is optional.
 func OperationFrom(ctx context.Context) *Operation {
-	op, err := OperationFromContext(ctx)
-	if err != nil {
-		panic(fmt.Sprintf("%v: is the route behind the idem middleware, with a key?", err))
+	op, ok := OperationFromContext(ctx)
+	if !ok {
+		panic(fmt.Errorf("%w: is the route behind the idem middleware, with a key?", ErrNoOperation))
 	}
 	return op
 }
 
-// OperationFromContext returns the operation of a keyed request, or ErrNoOperation.
-func OperationFromContext(ctx context.Context) (*Operation, error) {
-	if op, ok := ctx.Value(operationKey{}).(*Operation); ok {
-		return op, nil
-	}
-	return nil, ErrNoOperation
+// OperationFromContext returns the operation of a keyed request, and whether ctx carries
+// one (it does not on a route without the middleware, nor when an optional key was absent).
+func OperationFromContext(ctx context.Context) (*Operation, bool) {
+	op, ok := ctx.Value(operationKey{}).(*Operation)
+	return op, ok
 }
 
 // Key returns the operation's key: the request's Idempotency-Key (or the key Config.Key

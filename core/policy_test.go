@@ -280,3 +280,13 @@ func TestStatusesHasWhatStatusesOfSaw(t *testing.T) {
 	assert.Equal(t, core.Statuses("201"), core.StatusesOf(func(s int) bool { return s == 201 }))
 	assert.False(t, core.Statuses("2xx (except 204").Has(200), "malformed")
 }
+
+// TestDefaultReplayHeadersIsAFreshCopy: a caller appending to or changing the defaults
+// changes no one else's.
+func TestDefaultReplayHeadersIsAFreshCopy(t *testing.T) {
+	t.Parallel()
+	h := core.DefaultReplayHeaders()
+	h[0] = "Set-Cookie"
+	assert.Equal(t, "Location", core.DefaultReplayHeaders()[0])
+	assert.Equal(t, "Location", core.DefaultConfig().ReplayHeaders[0])
+}

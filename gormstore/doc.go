@@ -26,7 +26,7 @@
 // DB(ctx) returns the request's *gorm.DB, bound to its transaction and to ctx. It panics
 // when ctx carries none (the route is not behind the middleware, or had no key): writing
 // outside the transaction would silently lose the guarantee, so there is no fallback to
-// the plain database. DBFromContext returns ErrNoTx instead. WithTx puts a transaction
+// the plain database. DBFromContext reports false instead. WithTx puts a transaction
 // the caller already has into a context, so the same code runs in a background job or a
 // test; the store's claims still open their own transactions.
 //

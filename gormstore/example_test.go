@@ -104,11 +104,11 @@ func ExampleWithTx() {
 	})
 	fmt.Println("created:", err == nil)
 
-	_, err = gormstore.DBFromContext(context.Background())
-	fmt.Println(err)
+	_, ok := gormstore.DBFromContext(context.Background())
+	fmt.Println("a transaction outside a request:", ok)
 	// Output:
 	// created: true
-	// gormstore: no transaction in context
+	// a transaction outside a request: false
 }
 
 // On PostgreSQL and MySQL/MariaDB the store takes the application's *gorm.DB as is. The

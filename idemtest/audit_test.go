@@ -245,3 +245,10 @@ func TestAuditOfAGinApp(t *testing.T) {
 	require.Len(t, rec.errors, 1)
 	assert.Contains(t, rec.errors[0], "POST /v1/orders/:id/cancel is unguarded: POST /v1/orders/0/cancel got 200")
 }
+
+// TestDefaultUnsafeMethodsIsAFreshCopy: changing a returned slice changes no later audit.
+func TestDefaultUnsafeMethodsIsAFreshCopy(t *testing.T) {
+	t.Parallel()
+	idemtest.DefaultUnsafeMethods()[0] = "GET"
+	assert.Equal(t, []string{"POST", "PUT", "PATCH", "DELETE"}, idemtest.DefaultUnsafeMethods())
+}

@@ -26,12 +26,17 @@ const (
 	AttrStoreOp = attribute.Key("idem.store.operation")
 )
 
-// DefaultStoreBuckets and DefaultRequestBuckets are the histograms' bucket boundaries, in
-// seconds, as promidem's.
-var (
-	DefaultStoreBuckets   = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
-	DefaultRequestBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
-)
+// DefaultStoreBuckets returns idem.store.duration's bucket boundaries, in seconds, as
+// promidem's: from half a millisecond to 5s, in a new slice each call.
+func DefaultStoreBuckets() []float64 {
+	return []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+}
+
+// DefaultRequestBuckets returns idem.request.duration's bucket boundaries, in seconds, as
+// promidem's: from a millisecond to 10s, in a new slice each call.
+func DefaultRequestBuckets() []float64 {
+	return []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+}
 
 // Hooks is a core.Hooks annotating spans and recording metrics. Create it with New; it
 // is safe for concurrent use, by several engines at once.

@@ -160,3 +160,12 @@ func TestBucketsCanBeSet(t *testing.T) {
 	assert.Len(t, histogram(t, reg, "idem_store_seconds", "op", "claim").GetBucket(), 1)
 	assert.Len(t, histogram(t, reg, "idem_request_seconds", "outcome", "completed").GetBucket(), 2)
 }
+
+// TestDefaultBucketsAreFreshCopies: changing a returned slice changes no later default.
+func TestDefaultBucketsAreFreshCopies(t *testing.T) {
+	t.Parallel()
+	promidem.DefaultStoreBuckets()[0] = 99
+	promidem.DefaultRequestBuckets()[0] = 99
+	assert.Equal(t, .0005, promidem.DefaultStoreBuckets()[0])
+	assert.Equal(t, .001, promidem.DefaultRequestBuckets()[0])
+}
