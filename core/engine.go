@@ -137,7 +137,7 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 	}
 
 	c.Claim = storage.Claim{Scope: sc, Key: key, Fingerprint: fp, Method: r.Method, Path: c.Path,
-		Mode: e.mode.storage(), Lease: e.cfg.Lease, LockWait: e.cfg.LockWait, Retention: e.retention, Timeout: e.cfg.LockWait + e.cfg.StoreTimeout}
+		Mode: e.mode, Lease: e.cfg.Lease, LockWait: e.cfg.LockWait, Retention: e.retention, Timeout: e.cfg.LockWait + e.cfg.StoreTimeout}
 	lock, rec, err := e.claim(r.Context(), c)
 	switch {
 	case err != nil:
