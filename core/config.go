@@ -81,7 +81,7 @@ type Config struct {
 	// is sent to the first client and recorded without its body: retries get a 410
 	// problem (ProblemResponseTooLarge, with the stored headers, such as Location) and the
 	// handler never runs again. Default: 1 MiB.
-	MaxResponseBody int
+	MaxResponseBody int64
 
 	// ReplayHeaders lists the response headers stored and replayed. Set-Cookie,
 	// Authorization, WWW-Authenticate and Proxy-Authenticate are refused by Validate.

@@ -136,7 +136,7 @@ func (e *Engine) doRun(ctx context.Context, c *call, lock storage.Lock, fn func(
 		e.observe(ctx, c, OutcomeRolledBack, 0, err)
 		return nil, false, fmt.Errorf("idem: Do %q: nothing was recorded: %w", c.Key, err)
 	}
-	if len(result) > e.cfg.MaxResponseBody {
+	if int64(len(result)) > e.cfg.MaxResponseBody {
 		err := fmt.Errorf("idem: Do %q: the result of %d bytes is over MaxResponseBody (%d); nothing was recorded", c.Key, len(result), e.cfg.MaxResponseBody)
 		e.observe(ctx, c, OutcomeRolledBack, 0, e.rolledBack(rctx, c, lock, err))
 		return nil, false, err

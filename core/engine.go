@@ -520,7 +520,7 @@ func (e *Engine) recordable(buf *Buffer) *storage.Response {
 			resp.Header[f.name] = f.values
 		}
 	}
-	if buf.Size() > e.cfg.MaxResponseBody {
+	if int64(buf.Size()) > e.cfg.MaxResponseBody {
 		resp.Header[omittedHeader] = []string{strconv.Itoa(buf.Size())}
 	} else {
 		resp.Body = buf.Bytes()

@@ -58,7 +58,7 @@ func TestPolicyOfTheDefaults(t *testing.T) {
 	assert.Equal(t, core.Statuses("2xx, 3xx, 4xx (except 408, 409, 425, 429)"), p.Stored)
 	assert.Equal(t, core.DefaultReplayHeaders(), p.ReplayHeaders)
 	assert.Equal(t, int64(core.DefaultMaxRequestBody), p.MaxRequestBody)
-	assert.Equal(t, core.DefaultMaxResponseBody, p.MaxResponseBody)
+	assert.Equal(t, int64(core.DefaultMaxResponseBody), p.MaxResponseBody)
 	assert.Equal(t, "<key>:<suffix>", p.DerivedKey)
 	assert.Contains(t, p.Scope, "scope function")
 
