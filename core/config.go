@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem/core/storage"
@@ -36,7 +37,9 @@ type Config struct {
 	Key KeySource
 
 	// Methods lists the methods that take part; others pass through untouched, even
-	// with a key. Default: POST and PATCH.
+	// with a key. A request's method is matched exactly, as HTTP methods are
+	// case-sensitive, so each must be written as requests send it: Validate refuses one
+	// that is not upper case ("post" would never match a POST). Default: POST and PATCH.
 	Methods []string
 
 	// KeyOptional lets a request without a key through untouched. Default: false (a
@@ -284,6 +287,9 @@ func (c Config) Validate() error {
 	for _, m := range c.Methods {
 		if !httpguts.ValidHeaderFieldName(m) { // a method is a token, as a header name is
 			return bad("Methods", "%q is not a valid method", m)
+		}
+		if up := strings.ToUpper(m); m != up {
+			return bad("Methods", "%q would never match a request (methods are case-sensitive): write %q", m, up)
 		}
 	}
 	for _, h := range c.ReplayHeaders {

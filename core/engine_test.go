@@ -578,6 +578,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		"Lease":          {Store: memstore.New(), Lease: -time.Second},
 		"Lease:":         {Store: memstore.New(memstore.WithRetention(time.Second)), Lease: time.Minute},
 		"ProblemBase":    {Store: memstore.New(), ProblemBase: "docs/problems.md#"},
+		"Methods":        {Store: memstore.New(), Methods: []string{"POST", "patch"}},
 	}
 	for field, cfg := range cases {
 		_, err := core.New(cfg)
