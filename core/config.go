@@ -13,9 +13,9 @@ import (
 )
 
 // Config configures an Engine: the options every adapter shares (net/http through
-// Middleware, ginidem, echoidem). Zero fields take the default their comment states
+// Engine.Middleware, ginidem, echoidem). Zero fields take the default their comment states
 // (DefaultConfig returns them all); Store is required. The caller's scope is not part of
-// it: each adapter takes it in its framework's own terms (Middleware's scope argument,
+// it: each adapter takes it in its framework's own terms (Engine.Middleware's argument,
 // ginidem.Config.Scope, echoidem.Config.Scope), once.
 type Config struct {
 	// Store keeps the keys: pgxstore, gormstore, redisstore, or memstore for tests and

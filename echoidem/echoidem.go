@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapter"
 	"github.com/idemkit/idem/core/storage"
 )
 
@@ -70,25 +71,23 @@ func (cfg Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 			if route := c.Path(); route != "" {
 				c.Request().Pattern = route // as ServeMux does: core.Event.Route and log lines name the route
 			}
-			var err error
-			eng.Handle(c.Response(), c.Request(), func() string { return scope(c) }, func(held *core.Buffer, r *http.Request) {
-				if held == nil {
-					err = next(c) // not keyed: Echo handles the error as usual
-					return
-				}
+			res := adapter.Handle(eng, c.Response(), c.Request(), func() string { return scope(c) }, func(held http.ResponseWriter, r *http.Request) {
 				runHeld(c, held, r, next)
 			})
-			return err
+			if res == adapter.Passed {
+				return next(c) // not keyed: Echo handles the error as usual
+			}
+			return nil // Ran or Answered: the engine has written the response
 		}
 	}, nil
 }
 
-// runHeld runs next with a fresh echo.Response writing into buf and the request r, whose
+// runHeld runs next with a fresh echo.Response writing into held and the request r, whose
 // context carries the operation and the store's transaction. A returned error goes
 // through c.Error here, so Echo's error page is the response the engine judges.
-func runHeld(c echo.Context, buf *core.Buffer, r *http.Request, next echo.HandlerFunc) {
-	h := heldPool.Get().(*held)
-	h.w.Buffer = buf
+func runHeld(c echo.Context, held http.ResponseWriter, r *http.Request, next echo.HandlerFunc) {
+	h := heldPool.Get().(*heldResponse)
+	h.w.ResponseWriter = held
 	h.resp = *echo.NewResponse(&h.w, c.Echo())
 	resp, req := c.Response(), c.Request()
 	c.SetResponse(&h.resp)
@@ -96,7 +95,7 @@ func runHeld(c echo.Context, buf *core.Buffer, r *http.Request, next echo.Handle
 	defer func() { // on a panic too, so that the recover middleware answers on the real response
 		c.SetResponse(resp)
 		c.SetRequest(req)
-		*h = held{}
+		*h = heldResponse{}
 		heldPool.Put(h)
 	}()
 	if err := next(c); err != nil {

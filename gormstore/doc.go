@@ -9,7 +9,9 @@
 //	store := gormstore.New(db)            // WithTable, WithRetention, WithIsolation, WithLookupFirst
 //	if err := store.Migrate(ctx); err != nil { … } // explicit (see Table); New never touches the database
 //
-//	mux.Handle("POST /orders", core.Middleware(core.Config{Store: store}, accountID)(http.HandlerFunc(createOrder)))
+//	eng, err := core.New(core.Config{Store: store})
+//	// …
+//	mux.Handle("POST /orders", eng.Middleware(accountID)(http.HandlerFunc(createOrder)))
 //
 //	func createOrder(w http.ResponseWriter, r *http.Request) {
 //		order := Order{Amount: 42}

@@ -42,9 +42,13 @@ func (a *app) handler() http.Handler {
 		a.runs.Add(1)
 		w.WriteHeader(http.StatusNoContent)
 	})
+	eng, err := core.New(a.cfg)
+	if err != nil {
+		panic(err) // the tests' configs are valid
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/orders", ran)
-	mux.Handle("POST /v1/orders", core.Middleware(a.cfg, account)(ran))
+	mux.Handle("POST /v1/orders", eng.Middleware(account)(ran))
 	mux.Handle("POST /v1/login", ran)
 	mux.Handle("DELETE /v1/orders/{id}", ran)
 	if !a.auth {

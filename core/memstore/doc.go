@@ -21,8 +21,9 @@
 //
 // Usage:
 //
-//	store := memstore.New()
-//	mw := core.Middleware(core.Config{Store: store}, func(r *http.Request) string { return r.Header.Get("X-Account") })
+//	eng, err := core.New(core.Config{Store: memstore.New()})
+//	// …
+//	mw := eng.Middleware(func(r *http.Request) string { return r.Header.Get("X-Account") })
 //
 // It is deliberately plain: 64 maps, each behind its own mutex, holding one struct per
 // key. Complete stores a copy of the response's header and body, never the caller's, in
