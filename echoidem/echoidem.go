@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/adapter"
@@ -14,8 +15,8 @@ import (
 // Config configures the Echo middleware.
 type Config struct {
 	// Skipper, when it returns true, lets the request through untouched, before any key
-	// is read (a middleware.Skipper fits). Default: nil (never skips).
-	Skipper func(c echo.Context) bool
+	// is read. Default: nil, which never skips (as middleware.DefaultSkipper).
+	Skipper middleware.Skipper
 
 	// Scope names the caller a key belongs to (account, API key, tenant), read from the
 	// Echo context after authentication (what your auth middleware stored with c.Set).
@@ -34,8 +35,10 @@ type Config struct {
 }
 
 // New returns the middleware for store with every default, keying each caller's
-// requests under scope (see Config.Scope; both are required). It panics on a nil store
-// or scope.
+// requests under scope (see Config.Scope), as middleware.RateLimiter(store) does for its
+// store. Both are required: the scope is an argument rather than a default because no
+// default is safe (a constant would put every caller in one key space). It panics on a
+// nil store or scope; NewWithConfig takes the rest (Skipper, core.Config's options).
 func New(store storage.Store, scope func(c echo.Context) string) echo.MiddlewareFunc {
 	return NewWithConfig(Config{Scope: scope, Config: core.Config{Store: store}})
 }
