@@ -156,7 +156,7 @@ type benchLock struct {
 
 func (l *benchLock) Context(ctx context.Context) context.Context { return ctx }
 func (l *benchLock) RecoveryPoint() string                       { return storage.RecoveryStarted }
-func (l *benchLock) TakenOver() bool                             { return false }
+func (l *benchLock) Resumed() bool                               { return false }
 func (l *benchLock) Renew(context.Context) error                 { return nil }
 
 func (l *benchLock) Phase(ctx context.Context, _ string, fn func(context.Context) error) error {

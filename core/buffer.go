@@ -6,13 +6,14 @@ import (
 	"sync"
 )
 
-// Buffer is the http.ResponseWriter a keyed handler writes into: nothing reaches the
-// client until the engine has recorded (and, in atomic mode, committed) the outcome.
-// Adapters wrap it in their framework's writer. It deliberately implements neither
+// buffer is the http.ResponseWriter a keyed handler writes into (the held writer of
+// core/adapter.Handle): nothing reaches the client until the engine has recorded (and,
+// in atomic mode, committed) the outcome. Adapters wrap it in their framework's writer.
+// It deliberately implements neither
 // http.Flusher nor http.Hijacker: a streamed or hijacked response cannot be held back
 // and stored, so http.ResponseController reports http.ErrNotSupported to a handler that
 // tries.
-type Buffer struct {
+type buffer struct {
 	header http.Header
 	body   bytes.Buffer
 	status int
@@ -28,14 +29,14 @@ type headerField struct {
 	values []string
 }
 
-var bufferPool = sync.Pool{New: func() any { return &Buffer{header: make(http.Header, 4)} }}
+var bufferPool = sync.Pool{New: func() any { return &buffer{header: make(http.Header, 4)} }}
 
 // maxPooledBody keeps one huge response from pinning its memory in the pool.
 const maxPooledBody = 64 << 10
 
-func getBuffer() *Buffer { return bufferPool.Get().(*Buffer) }
+func getBuffer() *buffer { return bufferPool.Get().(*buffer) }
 
-func putBuffer(b *Buffer) {
+func putBuffer(b *buffer) {
 	if b.body.Cap() > maxPooledBody {
 		return
 	}
@@ -49,7 +50,7 @@ func putBuffer(b *Buffer) {
 
 // snapshot returns the header fields of the held response, listing the map once. The
 // handler must have returned: later changes to the header are not seen.
-func (b *Buffer) snapshot() []headerField {
+func (b *buffer) snapshot() []headerField {
 	if !b.listed {
 		for k, v := range b.header {
 			b.fields = append(b.fields, headerField{k, v})
@@ -60,29 +61,29 @@ func (b *Buffer) snapshot() []headerField {
 }
 
 // Header returns the header map of the held response.
-func (b *Buffer) Header() http.Header { return b.header }
+func (b *buffer) Header() http.Header { return b.header }
 
 // WriteHeader records the status; later calls are ignored, as net/http does.
-func (b *Buffer) WriteHeader(status int) {
+func (b *buffer) WriteHeader(status int) {
 	if b.status == 0 {
 		b.status = status
 	}
 }
 
 // Write appends to the held body, sending an implicit 200 first as net/http does.
-func (b *Buffer) Write(p []byte) (int, error) {
+func (b *buffer) Write(p []byte) (int, error) {
 	b.WriteHeader(http.StatusOK)
 	return b.body.Write(p)
 }
 
 // WriteString appends to the held body.
-func (b *Buffer) WriteString(s string) (int, error) {
+func (b *buffer) WriteString(s string) (int, error) {
 	b.WriteHeader(http.StatusOK)
 	return b.body.WriteString(s)
 }
 
 // Status returns the status written so far, or 200 when none was.
-func (b *Buffer) Status() int {
+func (b *buffer) Status() int {
 	if b.status == 0 {
 		return http.StatusOK
 	}
@@ -90,10 +91,10 @@ func (b *Buffer) Status() int {
 }
 
 // Written reports whether a status or body has been written.
-func (b *Buffer) Written() bool { return b.status != 0 }
+func (b *buffer) Written() bool { return b.status != 0 }
 
 // Size returns the number of body bytes written.
-func (b *Buffer) Size() int { return b.body.Len() }
+func (b *buffer) Size() int { return b.body.Len() }
 
 // Bytes returns the body written so far; valid until the request ends.
-func (b *Buffer) Bytes() []byte { return b.body.Bytes() }
+func (b *buffer) Bytes() []byte { return b.body.Bytes() }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem/core/storage"
@@ -12,9 +13,9 @@ import (
 )
 
 // Config configures an Engine: the options every adapter shares (net/http through
-// Middleware, ginidem, echoidem). Zero fields take the default their comment states
+// Engine.Middleware, ginidem, echoidem). Zero fields take the default their comment states
 // (DefaultConfig returns them all); Store is required. The caller's scope is not part of
-// it: each adapter takes it in its framework's own terms (Middleware's scope argument,
+// it: each adapter takes it in its framework's own terms (Engine.Middleware's argument,
 // ginidem.Config.Scope, echoidem.Config.Scope), once.
 type Config struct {
 	// Store keeps the keys: pgxstore, gormstore, redisstore, or memstore for tests and
@@ -36,7 +37,9 @@ type Config struct {
 	Key KeySource
 
 	// Methods lists the methods that take part; others pass through untouched, even
-	// with a key. Default: POST and PATCH.
+	// with a key. A request's method is matched exactly, as HTTP methods are
+	// case-sensitive, so each must be written as requests send it: Validate refuses one
+	// that is not upper case ("post" would never match a POST). Default: POST and PATCH.
 	Methods []string
 
 	// KeyOptional lets a request without a key through untouched. Default: false (a
@@ -81,7 +84,7 @@ type Config struct {
 	// is sent to the first client and recorded without its body: retries get a 410
 	// problem (ProblemResponseTooLarge, with the stored headers, such as Location) and the
 	// handler never runs again. Default: 1 MiB.
-	MaxResponseBody int
+	MaxResponseBody int64
 
 	// ReplayHeaders lists the response headers stored and replayed. Set-Cookie,
 	// Authorization, WWW-Authenticate and Proxy-Authenticate are refused by Validate.
@@ -138,8 +141,12 @@ const (
 	DefaultRetryAfter      = time.Second
 )
 
-// DefaultReplayHeaders are the response headers stored and replayed by default.
-var DefaultReplayHeaders = []string{"Location", "Content-Type", "Content-Location", "ETag", "Last-Modified", "Link"}
+// DefaultReplayHeaders returns the response headers stored and replayed by default:
+// Location, Content-Type, Content-Location, ETag, Last-Modified and Link, in a new slice
+// each call (append to it to replay one more).
+func DefaultReplayHeaders() []string {
+	return []string{"Location", "Content-Type", "Content-Location", "ETag", "Last-Modified", "Link"}
+}
 
 // neverReplayed headers carry credentials or per-client state; they are never stored.
 var neverReplayed = []string{"Set-Cookie", "Authorization", "WWW-Authenticate", "Proxy-Authenticate"}
@@ -155,7 +162,7 @@ func DefaultConfig() Config {
 		StoreTimeout:    DefaultStoreTimeout,
 		MaxRequestBody:  DefaultMaxRequestBody,
 		MaxResponseBody: DefaultMaxResponseBody,
-		ReplayHeaders:   append([]string(nil), DefaultReplayHeaders...),
+		ReplayHeaders:   DefaultReplayHeaders(),
 		Storable:        StorableStatus,
 		Fingerprint:     Fingerprint,
 		Problem:         WriteProblem,
@@ -280,6 +287,9 @@ func (c Config) Validate() error {
 	for _, m := range c.Methods {
 		if !httpguts.ValidHeaderFieldName(m) { // a method is a token, as a header name is
 			return bad("Methods", "%q is not a valid method", m)
+		}
+		if up := strings.ToUpper(m); m != up {
+			return bad("Methods", "%q would never match a request (methods are case-sensitive): write %q", m, up)
 		}
 	}
 	for _, h := range c.ReplayHeaders {

@@ -61,7 +61,7 @@ import (
 // Hooks and the Logger see Do's outcomes as they see a request's, with empty Method and
 // Path and a Status of 0.
 func (e *Engine) Do(ctx context.Context, scope, id string, fingerprint []byte, fn func(ctx context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
-	c := &call{start: e.now(), Claim: storage.Claim{Scope: scope, Key: id, Fingerprint: doFingerprint(fingerprint), Mode: e.mode.storage(),
+	c := &call{start: e.now(), Claim: storage.Claim{Scope: scope, Key: id, Fingerprint: doFingerprint(fingerprint), Mode: e.mode,
 		Lease: e.cfg.Lease, LockWait: e.cfg.LockWait, Retention: e.retention, Timeout: e.cfg.LockWait + e.cfg.StoreTimeout}}
 	if err := checkScope(scope); err != nil {
 		c.Scope = clip(scope)
@@ -136,7 +136,7 @@ func (e *Engine) doRun(ctx context.Context, c *call, lock storage.Lock, fn func(
 		e.observe(ctx, c, OutcomeRolledBack, 0, err)
 		return nil, false, fmt.Errorf("idem: Do %q: nothing was recorded: %w", c.Key, err)
 	}
-	if len(result) > e.cfg.MaxResponseBody {
+	if int64(len(result)) > e.cfg.MaxResponseBody {
 		err := fmt.Errorf("idem: Do %q: the result of %d bytes is over MaxResponseBody (%d); nothing was recorded", c.Key, len(result), e.cfg.MaxResponseBody)
 		e.observe(ctx, c, OutcomeRolledBack, 0, e.rolledBack(rctx, c, lock, err))
 		return nil, false, err

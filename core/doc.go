@@ -10,10 +10,10 @@
 //     in the body (Config.Key: KeyFromHeader, KeyFromJSON),
 //   - reads the body once, bounded (over MaxRequestBody → 413), and fingerprints method,
 //     path, query and RFC 8785-canonical JSON body,
-//   - claims the key in the Store: a free key runs the handler into a Buffer; a completed
-//     one is replayed byte for byte with Idempotent-Replayed: true; one in progress is
-//     409 with Retry-After; one used with another request is 422; a failing store is 503
-//     (fail closed: the handler never runs unprotected),
+//   - claims the key in the Store: a free key runs the handler into a held response; a
+//     completed one is replayed byte for byte with Idempotent-Replayed: true; one in
+//     progress is 409 with Retry-After; one used with another request is 422; a failing
+//     store is 503 (fail closed: the handler never runs unprotected),
 //   - records a storable response (2xx, 3xx, deterministic 4xx) before the client sees
 //     it, and releases the key after a 5xx, a panic (re-raised) or a cancelled request.
 //
@@ -22,7 +22,7 @@
 // alone with a lease and a fencing token; named phases commit recovery points; a retry
 // after the lease takes over and resumes).
 //
-// With net/http (or chi), the scope naming the caller is Middleware's second argument:
+// With net/http (or chi), the scope naming the caller is Engine.Middleware's argument:
 //
 //	eng, err := core.New(core.Config{Store: store}) // a pgxstore, gormstore, redisstore or memstore Store
 //	if err != nil { ... }
@@ -52,9 +52,9 @@
 // message ID with Engine.Do, on the same stores and protocol; docs/webhooks.md shows a
 // webhook receiver and a NATS JetStream consumer.
 //
-// The package serves three readers. Application code uses Config, Middleware, Engine.Do,
+// This package is the application's API: Config, Engine.Middleware, Engine.Do,
 // Operation (phases and derived keys), Sweeper, Hooks, Policy (a route's contract, to
 // publish: idemopenapi puts it in an OpenAPI document), the problems and the errors.
-// Framework adapters use Engine.Handle and Buffer. Store authors implement the seam in
+// Authors of framework adapters use core/adapter; store authors implement the seam in
 // core/storage and run core/storetest.
 package core

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/internal/enginelink"
 )
 
 // Engine runs the idempotency protocol for one configuration. It holds no scope: each
@@ -50,46 +51,37 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Handle is the one entry point for framework adapters (ginidem and echoidem use it;
-// net/http users call Middleware). It runs the protocol for one request:
-//
-//   - A request that does not take part (its method is not in Config.Methods, or its
-//     key is optional and absent) is handed on untouched: next(nil, r). (When Config.Key
-//     looks in the body, the engine has read it: r.Body is then a copy of what it read.)
-//   - A keyed request is claimed under scope(), which Handle calls once, only for such
-//     a request (so it may read what authentication stored in the framework's context).
-//     When the key is free, next(held, r2) runs the rest of the chain: the handler must
-//     write its response into held, and r2's context carries the Operation and the
-//     store's transaction. What reaches w is then the recorded response, a replay, or
-//     a problem.
-//   - A request of a method that takes part and already runs under an operation (a
-//     second idem middleware on the route: a group's and the route's own) is refused
-//     with a 500 problem of kind ProblemMisconfigured naming the route; next does not run.
-//
-// Handle reports whether next ran. When it returns false the engine has answered on w
-// (a replay or a problem) and the adapter must stop its chain. next must not keep held
-// or r2 after it returns. A panic in next releases the key and is re-raised.
-func (e *Engine) Handle(w http.ResponseWriter, r *http.Request, scope func() string, next func(held *Buffer, r *http.Request)) (ran bool) {
-	if !e.applies(r) {
-		next(nil, r)
-		return true
+func init() {
+	enginelink.Handle = func(eng any, w http.ResponseWriter, r *http.Request, scope func() string, next func(http.ResponseWriter, *http.Request)) int {
+		return eng.(*Engine).serve(w, r, scope, next)
 	}
-	ran, body := e.handle(w, r, scope, next)
+}
+
+// serve runs the protocol for one request, for Middleware and for framework adapters
+// (through core/adapter.Handle, which documents it). It returns what happened:
+// enginelink.Passed (the request does not take part: nothing was written and next did not
+// run), Ran (next ran the rest of the chain into a held response, and the outcome was
+// written on w) or Answered (a replay or a problem was written on w; next did not run).
+func (e *Engine) serve(w http.ResponseWriter, r *http.Request, scope func() string, next func(held http.ResponseWriter, r *http.Request)) int {
+	if !e.applies(r) {
+		return enginelink.Passed
+	}
+	res, body := e.handle(w, r, scope, next)
 	if body != nil {
 		// Not deferred (a deferred call in handle, with its many returns, costs every
 		// request a defer record): after a panic the buffer is left to the collector.
 		putBody(body)
 	}
-	return ran
+	return res
 }
 
-// handle is Handle for a request whose method takes part. It returns the body buffer it
-// read, if any, for Handle to put back.
-func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() string, next func(held *Buffer, r *http.Request)) (ran bool, body *bytes.Buffer) {
+// handle is serve for a request whose method takes part. It returns the body buffer it
+// read, if any, for serve to put back.
+func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() string, next func(held http.ResponseWriter, r *http.Request)) (res int, body *bytes.Buffer) {
 	c := &call{start: e.now(), route: r.Pattern, Claim: storage.Claim{Method: r.Method, Path: storedPath(r)}}
 	if outer, ok := r.Context().Value(operationKey{}).(*Operation); ok {
 		e.nested(w, r, c, outer)
-		return false, nil
+		return enginelink.Answered, nil
 	}
 	if e.cfg.Key.readsBody() {
 		// The key is in the body: read it first, once and bounded, as the fingerprint would.
@@ -97,58 +89,57 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 		body, err = e.readBody(r)
 		if err != nil {
 			e.reject(w, r, c, e.bodyProblem(err))
-			return false, body
+			return enginelink.Answered, body
 		}
 	}
 	key, present, err := e.findKey(r, body)
 	if err != nil {
 		e.reject(w, r, c, e.newProblem(ProblemKeyInvalid, fmt.Sprintf("The %s is malformed: %v.", e.cfg.Key.what(e.cfg.HeaderName), unwrapDetail(err)), err))
-		return false, body
+		return enginelink.Answered, body
 	}
 	if !present {
 		if e.cfg.KeyOptional {
 			if body != nil { // the handler reads the body the engine read, in a copy of its own
 				r.Body = io.NopCloser(bytes.NewReader(bytes.Clone(body.Bytes())))
 			}
-			next(nil, r)
-			return true, body
+			return enginelink.Passed, body
 		}
 		e.reject(w, r, c, e.newProblem(ProblemKeyMissing, fmt.Sprintf("%s %s requires %s.", clip(r.Method), clip(c.Path), e.cfg.Key.where(e.cfg.HeaderName)), ErrKeyMissing))
-		return false, body
+		return enginelink.Answered, body
 	}
 	c.Key = key
 	sc := scope()
 	if err := checkScope(sc); err != nil {
 		e.badScope(w, r, c, sc, err)
-		return false, body
+		return enginelink.Answered, body
 	}
 
 	if body == nil {
 		body, err = e.readBody(r)
 		if err != nil {
 			e.reject(w, r, c, e.bodyProblem(err))
-			return false, body
+			return enginelink.Answered, body
 		}
 	}
 	fp, err := e.cfg.Fingerprint(r, body.Bytes())
 	if err != nil {
 		e.reject(w, r, c, e.newProblem(ProblemBodyUnreadable, "The request could not be fingerprinted.", err))
-		return false, body
+		return enginelink.Answered, body
 	}
 
 	c.Claim = storage.Claim{Scope: sc, Key: key, Fingerprint: fp, Method: r.Method, Path: c.Path,
-		Mode: e.mode.storage(), Lease: e.cfg.Lease, LockWait: e.cfg.LockWait, Retention: e.retention, Timeout: e.cfg.LockWait + e.cfg.StoreTimeout}
+		Mode: e.mode, Lease: e.cfg.Lease, LockWait: e.cfg.LockWait, Retention: e.retention, Timeout: e.cfg.LockWait + e.cfg.StoreTimeout}
 	lock, rec, err := e.claim(r.Context(), c)
 	switch {
 	case err != nil:
 		e.storeFailed(w, r, c, err)
-		return false, body
+		return enginelink.Answered, body
 	case rec != nil:
 		e.answer(w, r, c, rec)
-		return false, body
+		return enginelink.Answered, body
 	default:
 		e.execute(w, r, c, lock, body.Bytes(), next)
-		return true, body
+		return enginelink.Ran, body
 	}
 }
 
@@ -317,7 +308,7 @@ func (e *Engine) replayResponse(w http.ResponseWriter, r *http.Request, c *call,
 
 // execute runs the handler under lock and records its outcome before anything reaches
 // the client.
-func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c *call, lock storage.Lock, body []byte, next func(*Buffer, *http.Request)) {
+func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c *call, lock storage.Lock, body []byte, next func(http.ResponseWriter, *http.Request)) {
 	e.observe(r.Context(), c, e.started(r.Context(), c, lock), 0, nil)
 
 	rr := new(requestRun)
@@ -386,12 +377,12 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c *call, lock s
 // started reports the claim of c's key, which a takeover also logs, at Info: an
 // earlier attempt crashed or outlived its lease.
 func (e *Engine) started(ctx context.Context, c *call, lock storage.Lock) Outcome {
-	if !lock.TakenOver() {
+	if !lock.Resumed() {
 		return OutcomeClaimed
 	}
 	e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "idem: took over a key whose lease expired; its operation runs again from its recovery point",
 		append(e.attrs(c, nil), slog.String("recovery_point", lock.RecoveryPoint()))...)
-	return OutcomeTookOver
+	return OutcomeResumed
 }
 
 // renewedLease is the lease the engine renews while an operation's work runs: the
@@ -512,7 +503,7 @@ var responsePool = sync.Pool{New: func() any { return &storage.Response{Header: 
 // recordable builds the Response to store from the handler's buffer: allow-listed
 // headers only, and the body unless it is over MaxResponseBody. Stores keep none of it
 // (Lock.Complete's contract), so it comes from a pool; return it with putResponse.
-func (e *Engine) recordable(buf *Buffer) *storage.Response {
+func (e *Engine) recordable(buf *buffer) *storage.Response {
 	resp := responsePool.Get().(*storage.Response)
 	resp.Status = buf.Status()
 	for _, f := range buf.snapshot() {
@@ -520,7 +511,7 @@ func (e *Engine) recordable(buf *Buffer) *storage.Response {
 			resp.Header[f.name] = f.values
 		}
 	}
-	if buf.Size() > e.cfg.MaxResponseBody {
+	if int64(buf.Size()) > e.cfg.MaxResponseBody {
 		resp.Header[omittedHeader] = []string{strconv.Itoa(buf.Size())}
 	} else {
 		resp.Body = buf.Bytes()
@@ -544,7 +535,7 @@ func putResponse(resp *storage.Response) {
 	responsePool.Put(resp)
 }
 
-func writeBuffer(w http.ResponseWriter, buf *Buffer) {
+func writeBuffer(w http.ResponseWriter, buf *buffer) {
 	h := w.Header()
 	for _, f := range buf.snapshot() {
 		h[f.name] = f.values

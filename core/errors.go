@@ -23,8 +23,8 @@ var (
 	// ErrBodyTooLarge reports a request body over Config.MaxRequestBody. The client gets 413.
 	ErrBodyTooLarge = errors.New("idem: request body too large")
 
-	// ErrNoOperation is returned by OperationFromSafely when the context carries no
-	// idempotent operation (the route is not keyed, or the key was optional and absent).
+	// ErrNoOperation is what OperationFrom panics with, wrapped, when the context carries
+	// no idempotent operation (the route is not keyed, or the key was optional and absent).
 	ErrNoOperation = errors.New("idem: no idempotent operation in context")
 
 	// ErrEmptyScope reports a scope function that returned "" for a keyed request: the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,15 +16,17 @@ import (
 )
 
 // A POST route behind the net/http middleware: the retry gets the stored answer.
-func ExampleMiddleware() {
+func ExampleEngine_Middleware() {
 	createOrder := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Location", "/orders/42")
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, `{"id":42}`)
 	})
-	handler := core.Middleware(core.Config{
-		Store: memstore.New(),
-	}, func(r *http.Request) string { return r.Header.Get("X-Account-ID") })(createOrder)
+	eng, err := core.New(core.Config{Store: memstore.New()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	handler := eng.Middleware(func(r *http.Request) string { return r.Header.Get("X-Account-ID") })(createOrder)
 
 	for range 2 {
 		r := httptest.NewRequest("POST", "/orders", strings.NewReader(`{"item":"book"}`))
@@ -53,10 +56,11 @@ func ExampleParseKey() {
 // Phases of an operation that calls the outside world; a retry after a crash resumes
 // after the last committed phase.
 func ExampleOperation_Phase() {
-	handler := core.Middleware(core.Config{
-		Store: memstore.New(),
-		Mode:  core.ModePhased,
-	}, func(*http.Request) string { return "account-1" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	eng, err := core.New(core.Config{Store: memstore.New(), Mode: core.ModePhased})
+	if err != nil {
+		log.Fatal(err)
+	}
+	handler := eng.Middleware(func(*http.Request) string { return "account-1" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		op := core.OperationFrom(r.Context())
 		err := op.Phase(r.Context(), "charge_created", func(ctx context.Context) error {
 			fmt.Println("charging with provider key", op.DerivedKey("charge"))
@@ -83,14 +87,18 @@ func ExampleOperation_Phase() {
 func ExampleHookFunc() {
 	var mu sync.Mutex
 	counts := map[core.Outcome]int{}
-	handler := core.Middleware(core.Config{
+	eng, err := core.New(core.Config{
 		Store: memstore.New(),
 		Hooks: core.HookFunc(func(_ context.Context, ev core.Event) {
 			mu.Lock()
 			defer mu.Unlock()
 			counts[ev.Outcome]++ // e.g. outcomes.WithLabelValues(string(ev.Outcome)).Inc()
 		}),
-	}, func(*http.Request) string { return "account-1" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	handler := eng.Middleware(func(*http.Request) string { return "account-1" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
 
 	for _, key := range []string{"a", "a", "b"} {
 		r := httptest.NewRequest("POST", "/orders", nil)

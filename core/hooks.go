@@ -8,7 +8,7 @@ import (
 // Outcome names what the engine did with one keyed request.
 //
 // A keyed request yields one event with a final outcome (every outcome but Claimed and
-// TookOver). When its handler runs, Claimed or TookOver comes first, as the handler
+// Resumed). When its handler runs, Claimed or Resumed comes first, as the handler
 // starts. A request the engine does not handle (its method is not in Config.Methods, or
 // an optional key is absent) yields no event.
 type Outcome string
@@ -16,7 +16,7 @@ type Outcome string
 // The outcomes reported to Hooks.
 const (
 	OutcomeClaimed    Outcome = "claimed"     // the key was free: the handler runs
-	OutcomeTookOver   Outcome = "took_over"   // an expired lease was taken over: the handler resumes
+	OutcomeResumed    Outcome = "resumed"     // an expired lease was taken over: the handler resumes
 	OutcomeReplayed   Outcome = "replayed"    // a recorded outcome was answered again: the stored response, or the 410 response-too-large when its body was not kept
 	OutcomeConflict   Outcome = "conflict"    // the key is in progress or its lease was lost (409), or a twin collided and rolled back (503)
 	OutcomeMismatch   Outcome = "mismatch"    // the key was reused with another request: 422
@@ -27,9 +27,9 @@ const (
 )
 
 // Final reports whether o ends the engine's work on a request: every outcome but Claimed
-// and TookOver, which mark the handler's start. A final event carries the request's
+// and Resumed, which mark the handler's start. A final event carries the request's
 // store times and its whole Elapsed; count requests, and time them, by final events.
-func (o Outcome) Final() bool { return o != OutcomeClaimed && o != OutcomeTookOver }
+func (o Outcome) Final() bool { return o != OutcomeClaimed && o != OutcomeResumed }
 
 // Event describes one outcome. Its durations are measured only when Hooks is set, with
 // one wall-clock read per request and monotonic readings after it.
@@ -48,7 +48,7 @@ type Event struct {
 	// "" when the router sets none, or when the middleware wraps a ServeMux instead of
 	// its routes (the pattern is not matched yet).
 	Route string
-	// Status is the HTTP status sent to the client: 0 for Claimed and TookOver, and for
+	// Status is the HTTP status sent to the client: 0 for Claimed and Resumed, and for
 	// a panic, which the engine re-raises for the framework's recovery to answer.
 	Status int
 	// Err is the error behind a failure outcome, if any.

@@ -21,7 +21,7 @@ import (
 	"github.com/idemkit/idem/internal/syncbuf"
 )
 
-// webhook is a receiver behind core.Middleware whose key comes from ks, counting runs and
+// webhook is a receiver behind Engine.Middleware whose key comes from ks, counting runs and
 // keeping the body each run saw.
 type webhook struct {
 	handler http.Handler

@@ -96,7 +96,7 @@ func (l *scriptedLock) RecoveryPoint() string {
 	}
 	return storage.RecoveryStarted
 }
-func (l *scriptedLock) TakenOver() bool             { return l.s.takenOver }
+func (l *scriptedLock) Resumed() bool               { return l.s.takenOver }
 func (l *scriptedLock) Renew(context.Context) error { return nil }
 func (l *scriptedLock) Phase(ctx context.Context, _ string, fn func(context.Context) error) error {
 	return fn(ctx)
@@ -157,7 +157,7 @@ func TestEventsTimeTheStoreAndTheRequest(t *testing.T) {
 
 // TestEachOutcomeIsOneEventAndOneLogLine is the contract of Hooks and Config.Logger,
 // outcome by outcome: a keyed request ends in exactly one event with a final outcome
-// (after Claimed or TookOver when its handler ran), and every non-happy one gets exactly
+// (after Claimed or Resumed when its handler ran), and every non-happy one gets exactly
 // one log line, at the level Config.Logger states, naming scope, key, method, path and
 // the error. The happy path logs nothing at any level.
 func TestEachOutcomeIsOneEventAndOneLogLine(t *testing.T) {
@@ -212,7 +212,7 @@ func TestEachOutcomeIsOneEventAndOneLogLine(t *testing.T) {
 			handler: func(w http.ResponseWriter, _ *http.Request, _ func()) { w.WriteHeader(http.StatusBadGateway) },
 			events:  []want{{core.OutcomeClaimed, 0}, {core.OutcomeRolledBack, 502}}, line: &line{slog.LevelWarn, "releasing the key failed", "conn closed"}},
 		{name: "took over", store: &scriptedStore{takenOver: true}, handler: resumeCharged,
-			events: []want{{core.OutcomeTookOver, 0}, {core.OutcomeCompleted, 201}}, line: &line{slog.LevelInfo, "took over", ""}},
+			events: []want{{core.OutcomeResumed, 0}, {core.OutcomeCompleted, 201}}, line: &line{slog.LevelInfo, "took over", ""}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -323,5 +323,5 @@ func TestOnlyTheHandlersStartIsNotFinal(t *testing.T) {
 		assert.True(t, o.Final(), o)
 	}
 	assert.False(t, core.OutcomeClaimed.Final())
-	assert.False(t, core.OutcomeTookOver.Final())
+	assert.False(t, core.OutcomeResumed.Final())
 }

@@ -102,23 +102,22 @@ func (rn *run) Read(p []byte) (int, error) { return rn.body.Read(p) }
 // Close does nothing: the server closes the original body.
 func (rn *run) Close() error { return nil }
 
-// OperationFrom returns the operation of a keyed request. It panics when ctx has none:
-// use it in handlers behind the middleware on keyed routes, and OperationFromSafely
-// where the key is optional.
+// OperationFrom returns the operation of a keyed request. It panics with an error wrapping
+// ErrNoOperation when ctx has none: use it in handlers behind the middleware on keyed
+// routes, and OperationFromContext where the key is optional.
 func OperationFrom(ctx context.Context) *Operation {
-	op, err := OperationFromSafely(ctx)
-	if err != nil {
-		panic(fmt.Sprintf("%v: is the route behind the idem middleware, with a key?", err))
+	op, ok := OperationFromContext(ctx)
+	if !ok {
+		panic(fmt.Errorf("%w: is the route behind the idem middleware, with a key?", ErrNoOperation))
 	}
 	return op
 }
 
-// OperationFromSafely returns the operation of a keyed request, or ErrNoOperation.
-func OperationFromSafely(ctx context.Context) (*Operation, error) {
-	if op, ok := ctx.Value(operationKey{}).(*Operation); ok {
-		return op, nil
-	}
-	return nil, ErrNoOperation
+// OperationFromContext returns the operation of a keyed request, and whether ctx carries
+// one (it does not on a route without the middleware, nor when an optional key was absent).
+func OperationFromContext(ctx context.Context) (*Operation, bool) {
+	op, ok := ctx.Value(operationKey{}).(*Operation)
+	return op, ok
 }
 
 // Key returns the operation's key: the request's Idempotency-Key (or the key Config.Key
@@ -132,7 +131,7 @@ func (o *Operation) Scope() string { return o.scope }
 func (o *Operation) RecoveryPoint() string { return o.point }
 
 // Resumed reports whether this run took over an earlier attempt whose lease expired.
-func (o *Operation) Resumed() bool { return o.lock.TakenOver() }
+func (o *Operation) Resumed() bool { return o.lock.Resumed() }
 
 // DerivedKey returns "<key>:<suffix>", an idempotency key for a call to another
 // service (a payment provider, say) that is stable across retries and takeovers. It is

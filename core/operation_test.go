@@ -125,12 +125,12 @@ func TestStaleWorkerLosesLease(t *testing.T) {
 
 func TestOperationFromWithoutOperation(t *testing.T) {
 	t.Parallel()
-	if _, err := core.OperationFromSafely(context.Background()); !errors.Is(err, core.ErrNoOperation) {
-		t.Fatalf("err = %v, want ErrNoOperation", err)
+	if op, ok := core.OperationFromContext(context.Background()); ok || op != nil {
+		t.Fatalf("OperationFromContext = %v, %t; want nil, false", op, ok)
 	}
 	defer func() {
-		if recover() == nil {
-			t.Fatal("OperationFrom did not panic without an operation")
+		if err, _ := recover().(error); !errors.Is(err, core.ErrNoOperation) {
+			t.Fatalf("OperationFrom panicked with %v, want an error wrapping ErrNoOperation", err)
 		}
 	}()
 	core.OperationFrom(context.Background())

@@ -49,7 +49,7 @@ type Policy struct {
 	// MaxRequestBody is the largest request body accepted, in bytes (larger: 413).
 	MaxRequestBody int64 `json:"max_request_body"`
 	// MaxResponseBody is the largest response body recorded, in bytes.
-	MaxResponseBody int `json:"max_response_body"`
+	MaxResponseBody int64 `json:"max_response_body"`
 	// Lease is how long a phased claim holds the key before a retry may take it over
 	// (Config.Lease); 0 in atomic mode, where a crash rolls the claim back.
 	Lease time.Duration `json:"-"`
@@ -319,7 +319,7 @@ type policyJSON struct {
 	Stored           Statuses          `json:"stored_statuses"`
 	ReplayHeaders    []string          `json:"replay_headers"`
 	MaxRequestBody   int64             `json:"max_request_body"`
-	MaxResponseBody  int               `json:"max_response_body"`
+	MaxResponseBody  int64             `json:"max_response_body"`
 	Lease            float64           `json:"lease_seconds,omitempty"`
 	Wait             float64           `json:"wait_seconds"`
 	RetryAfter       float64           `json:"retry_after_seconds"`
@@ -373,7 +373,7 @@ func (p Policy) Markdown(endpoint string) string {
 		p.Scope, durationText(p.Retention), countText(int64(p.Retention/time.Second), "second"))
 	fmt.Fprintf(&b, "- **Fingerprint:** %s. The same key with another fingerprint is refused.\n", p.Fingerprint.describe())
 	fmt.Fprintf(&b, "- **Stored:** statuses %s; headers %s; request bodies up to %s, recorded response bodies up to %s.\n",
-		p.Stored, codeList(p.ReplayHeaders), countText(p.MaxRequestBody, "byte"), countText(int64(p.MaxResponseBody), "byte"))
+		p.Stored, codeList(p.ReplayHeaders), countText(p.MaxRequestBody, "byte"), countText(p.MaxResponseBody, "byte"))
 	b.WriteString("- **Responses:**\n\n  | case | status | problem | headers |\n  | --- | --- | --- | --- |\n")
 	for _, a := range p.Answers {
 		status, problem, headers := "the handler's", "", make([]string, 0, len(a.Headers))

@@ -56,9 +56,9 @@ func TestPolicyOfTheDefaults(t *testing.T) {
 	assert.Equal(t, []string{"method", "path", "query", "body"}, p.Fingerprint.Covers)
 	assert.False(t, p.Fingerprint.Custom)
 	assert.Equal(t, core.Statuses("2xx, 3xx, 4xx (except 408, 409, 425, 429)"), p.Stored)
-	assert.Equal(t, core.DefaultReplayHeaders, p.ReplayHeaders)
+	assert.Equal(t, core.DefaultReplayHeaders(), p.ReplayHeaders)
 	assert.Equal(t, int64(core.DefaultMaxRequestBody), p.MaxRequestBody)
-	assert.Equal(t, core.DefaultMaxResponseBody, p.MaxResponseBody)
+	assert.Equal(t, int64(core.DefaultMaxResponseBody), p.MaxResponseBody)
 	assert.Equal(t, "<key>:<suffix>", p.DerivedKey)
 	assert.Contains(t, p.Scope, "scope function")
 
@@ -279,4 +279,14 @@ func TestStatusesHasWhatStatusesOfSaw(t *testing.T) {
 	assert.Equal(t, core.Statuses("1xx, 2xx, 3xx, 4xx, 5xx"), core.StatusesOf(func(int) bool { return true }))
 	assert.Equal(t, core.Statuses("201"), core.StatusesOf(func(s int) bool { return s == 201 }))
 	assert.False(t, core.Statuses("2xx (except 204").Has(200), "malformed")
+}
+
+// TestDefaultReplayHeadersIsAFreshCopy: a caller appending to or changing the defaults
+// changes no one else's.
+func TestDefaultReplayHeadersIsAFreshCopy(t *testing.T) {
+	t.Parallel()
+	h := core.DefaultReplayHeaders()
+	h[0] = "Set-Cookie"
+	assert.Equal(t, "Location", core.DefaultReplayHeaders()[0])
+	assert.Equal(t, "Location", core.DefaultConfig().ReplayHeaders[0])
 }

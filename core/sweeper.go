@@ -37,13 +37,11 @@ type Sweeper struct {
 // Sweep deletes expired keys batch after batch, resting Pause between two, until a batch
 // comes back short, and reports how many it deleted.
 func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
-	if s.Store == nil {
-		return 0, fmt.Errorf("%w: Sweeper.Store: required", ErrInvalidConfig)
+	retention, err := s.retention()
+	if err != nil {
+		return 0, err
 	}
-	retention, batch := s.Store.Retention(), s.BatchSize
-	if retention <= 0 {
-		return 0, fmt.Errorf("%w: Sweeper.Store: %T reports a retention of %v", ErrInvalidConfig, s.Store, retention)
-	}
+	batch := s.BatchSize
 	if batch <= 0 {
 		batch = 5000
 	}
@@ -65,6 +63,19 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 	}
 }
 
+// retention is the store's retention, or an error wrapping ErrInvalidConfig when the
+// sweeper cannot sweep at all: no Store, or one reporting no retention.
+func (s *Sweeper) retention() (time.Duration, error) {
+	if s.Store == nil {
+		return 0, fmt.Errorf("%w: Sweeper.Store: required", ErrInvalidConfig)
+	}
+	retention := s.Store.Retention()
+	if retention <= 0 {
+		return 0, fmt.Errorf("%w: Sweeper.Store: %T reports a retention of %v", ErrInvalidConfig, s.Store, retention)
+	}
+	return retention, nil
+}
+
 // rest waits Pause (or took, by default) between two batches, or until ctx is done.
 func (s *Sweeper) rest(ctx context.Context, took time.Duration) error {
 	pause := s.Pause
@@ -84,9 +95,15 @@ func (s *Sweeper) rest(ctx context.Context, took time.Duration) error {
 	}
 }
 
-// Run sweeps at once and then every Interval until ctx is done; it returns nil then.
-// Errors are logged and the next sweep tries again.
+// Run sweeps at once and then every Interval until ctx is done, and returns nil then: a
+// shutdown is not an error. A sweep that fails (the store unreachable, say) is logged and
+// the next one tries again, so the only error Run returns is one that no later sweep can
+// fix: a Sweeper that cannot sweep at all (no Store, or a store reporting no retention),
+// wrapping ErrInvalidConfig, returned at once, before any sweep.
 func (s *Sweeper) Run(ctx context.Context) error {
+	if _, err := s.retention(); err != nil {
+		return err
+	}
 	interval := s.Interval
 	if interval <= 0 {
 		interval = time.Minute

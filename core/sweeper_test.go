@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -79,4 +80,37 @@ func TestSweeperRestsBetweenBatches(t *testing.T) {
 		require.ErrorIs(t, err, context.Canceled)
 		assert.EqualValues(t, 1, store.calls.Load(), "batches")
 	})
+}
+
+// TestSweeperRunReturnsOnlyWhatCannotBeRetried: a sweeper that cannot sweep at all
+// returns ErrInvalidConfig at once; a failing store is logged and retried, and the run
+// ends with nil when its context does.
+func TestSweeperRunReturnsOnlyWhatCannotBeRetried(t *testing.T) {
+	t.Parallel()
+	err := (&core.Sweeper{}).Run(context.Background()) // never cancelled: it must return by itself
+	require.ErrorIs(t, err, core.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "Sweeper.Store")
+
+	store := &failing{Store: memstore.New(), swept: make(chan struct{}, 2)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- (&core.Sweeper{Store: store, Interval: time.Millisecond}).Run(ctx) }()
+	<-store.swept // the first sweep failed, and Run went on
+	<-store.swept // to the next
+	cancel()
+	assert.NoError(t, <-done, "Run after a failing sweep and a cancel")
+}
+
+// failing is a store whose DeleteExpired fails, reporting each call on swept.
+type failing struct {
+	storage.Store
+	swept chan struct{}
+}
+
+func (f *failing) DeleteExpired(context.Context, time.Time, int) (int, error) {
+	select {
+	case f.swept <- struct{}{}:
+	default:
+	}
+	return 0, errors.New("store unreachable")
 }

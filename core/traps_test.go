@@ -79,7 +79,9 @@ func TestScopeRunsOnlyForKeyedRequests(t *testing.T) {
 // it cannot be forgotten; nil is a programming error.
 func TestMiddlewareNeedsAScope(t *testing.T) {
 	t.Parallel()
-	assert.Panics(t, func() { core.Middleware(core.Config{Store: memstore.New()}, nil) })
+	eng, err := core.New(core.Config{Store: memstore.New()})
+	require.NoError(t, err)
+	assert.Panics(t, func() { eng.Middleware(nil) })
 }
 
 // TestRetentionHasOneSource: the sweeper and the claims read the store's retention, so

@@ -5,16 +5,18 @@ import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapter"
 	"github.com/idemkit/idem/core/storage"
 )
 
 // Config configures the Echo middleware.
 type Config struct {
 	// Skipper, when it returns true, lets the request through untouched, before any key
-	// is read (a middleware.Skipper fits). Default: nil (never skips).
-	Skipper func(c echo.Context) bool
+	// is read. Default: nil, which never skips (as middleware.DefaultSkipper).
+	Skipper middleware.Skipper
 
 	// Scope names the caller a key belongs to (account, API key, tenant), read from the
 	// Echo context after authentication (what your auth middleware stored with c.Set).
@@ -33,8 +35,10 @@ type Config struct {
 }
 
 // New returns the middleware for store with every default, keying each caller's
-// requests under scope (see Config.Scope; both are required). It panics on a nil store
-// or scope.
+// requests under scope (see Config.Scope), as middleware.RateLimiter(store) does for its
+// store. Both are required: the scope is an argument rather than a default because no
+// default is safe (a constant would put every caller in one key space). It panics on a
+// nil store or scope; NewWithConfig takes the rest (Skipper, core.Config's options).
 func New(store storage.Store, scope func(c echo.Context) string) echo.MiddlewareFunc {
 	return NewWithConfig(Config{Scope: scope, Config: core.Config{Store: store}})
 }
@@ -70,25 +74,23 @@ func (cfg Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 			if route := c.Path(); route != "" {
 				c.Request().Pattern = route // as ServeMux does: core.Event.Route and log lines name the route
 			}
-			var err error
-			eng.Handle(c.Response(), c.Request(), func() string { return scope(c) }, func(held *core.Buffer, r *http.Request) {
-				if held == nil {
-					err = next(c) // not keyed: Echo handles the error as usual
-					return
-				}
+			res := adapter.Handle(eng, c.Response(), c.Request(), func() string { return scope(c) }, func(held http.ResponseWriter, r *http.Request) {
 				runHeld(c, held, r, next)
 			})
-			return err
+			if res == adapter.Passed {
+				return next(c) // not keyed: Echo handles the error as usual
+			}
+			return nil // Ran or Answered: the engine has written the response
 		}
 	}, nil
 }
 
-// runHeld runs next with a fresh echo.Response writing into buf and the request r, whose
+// runHeld runs next with a fresh echo.Response writing into held and the request r, whose
 // context carries the operation and the store's transaction. A returned error goes
 // through c.Error here, so Echo's error page is the response the engine judges.
-func runHeld(c echo.Context, buf *core.Buffer, r *http.Request, next echo.HandlerFunc) {
-	h := heldPool.Get().(*held)
-	h.w.Buffer = buf
+func runHeld(c echo.Context, held http.ResponseWriter, r *http.Request, next echo.HandlerFunc) {
+	h := heldPool.Get().(*heldResponse)
+	h.w.ResponseWriter = held
 	h.resp = *echo.NewResponse(&h.w, c.Echo())
 	resp, req := c.Response(), c.Request()
 	c.SetResponse(&h.resp)
@@ -96,7 +98,7 @@ func runHeld(c echo.Context, buf *core.Buffer, r *http.Request, next echo.Handle
 	defer func() { // on a panic too, so that the recover middleware answers on the real response
 		c.SetResponse(resp)
 		c.SetRequest(req)
-		*h = held{}
+		*h = heldResponse{}
 		heldPool.Put(h)
 	}()
 	if err := next(c); err != nil {

@@ -176,12 +176,12 @@ func TestOptionalKeyPassesThrough(t *testing.T) {
 	var runs atomic.Int64
 	e := newEcho()
 	e.POST("/x", func(c echo.Context) error {
-		_, err := core.OperationFromSafely(c.Request().Context())
+		_, keyed := core.OperationFromContext(c.Request().Context())
 		n := runs.Add(1)
 		if c.QueryParam("teapot") != "" {
 			return echo.NewHTTPError(http.StatusTeapot, "short and stout")
 		}
-		return c.String(http.StatusCreated, fmt.Sprintf("%d %t", n, errors.Is(err, core.ErrNoOperation)))
+		return c.String(http.StatusCreated, fmt.Sprintf("%d %t", n, !keyed))
 	}, echoidem.NewWithConfig(echoidem.Config{
 		Scope:  func(echo.Context) string { return "tenant" },
 		Config: core.Config{Store: memstore.New(), KeyOptional: true},

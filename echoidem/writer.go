@@ -8,8 +8,6 @@ import (
 	"sync"
 
 	"github.com/labstack/echo/v4"
-
-	"github.com/idemkit/idem/core"
 )
 
 // ErrStreaming is what Flush panics with and Hijack returns on a keyed route: the
@@ -17,18 +15,18 @@ import (
 // over. It wraps http.ErrNotSupported. Serve streaming routes without the middleware.
 var ErrStreaming = fmt.Errorf("echoidem: a keyed response is held until it is recorded; it cannot be flushed, streamed or hijacked: %w", http.ErrNotSupported)
 
-// held is what a keyed handler sees as c.Response(): a fresh echo.Response around the
-// engine's buffer, pooled with it.
-type held struct {
+// heldResponse is what a keyed handler sees as c.Response(): a fresh echo.Response around
+// the engine's held writer, pooled with it.
+type heldResponse struct {
 	resp echo.Response
 	w    heldWriter
 }
 
-var heldPool = sync.Pool{New: func() any { return new(held) }}
+var heldPool = sync.Pool{New: func() any { return new(heldResponse) }}
 
-// heldWriter is the held response's Writer: the engine's *core.Buffer, refusing to flush
+// heldWriter is the held response's Writer: the engine's held writer, refusing to flush
 // or hijack.
-type heldWriter struct{ *core.Buffer }
+type heldWriter struct{ http.ResponseWriter }
 
 // Flush panics with ErrStreaming: a held response cannot be sent in parts.
 func (w *heldWriter) Flush() { panic(ErrStreaming) }
@@ -36,5 +34,5 @@ func (w *heldWriter) Flush() { panic(ErrStreaming) }
 // Hijack returns ErrStreaming.
 func (w *heldWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) { return nil, nil, ErrStreaming }
 
-// Unwrap returns the buffer, for http.ResponseController.
-func (w *heldWriter) Unwrap() http.ResponseWriter { return w.Buffer }
+// Unwrap returns the held writer, for http.ResponseController.
+func (w *heldWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -7,6 +7,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/adapter"
 )
 
 // Config configures the Gin middleware.
@@ -63,24 +64,23 @@ func (cfg Config) ToMiddleware() (gin.HandlerFunc, error) {
 		if route := c.FullPath(); route != "" {
 			c.Request.Pattern = route // as ServeMux does: core.Event.Route and log lines name the route
 		}
-		ran := eng.Handle(c.Writer, c.Request, func() string { return scope(c) }, func(held *core.Buffer, r *http.Request) {
-			if held == nil {
-				c.Next() // not keyed: the chain runs as usual
-				return
-			}
+		switch adapter.Handle(eng, c.Writer, c.Request, func() string { return scope(c) }, func(held http.ResponseWriter, r *http.Request) {
 			runHeld(c, held, r)
-		})
-		if !ran {
+		}) {
+		case adapter.Passed:
+			c.Next() // not keyed: the chain runs as usual
+		case adapter.Answered:
 			c.Abort() // the engine answered (replay or problem): the handlers must not run
+		case adapter.Ran: // the chain ran in runHeld, and the engine wrote its outcome
 		}
 	}, nil
 }
 
-// runHeld runs the rest of the chain with c.Writer holding the response in buf and
+// runHeld runs the rest of the chain with c.Writer holding the response in held and
 // c.Request set to r, whose context carries the operation and the store's transaction.
-func runHeld(c *gin.Context, buf *core.Buffer, r *http.Request) {
+func runHeld(c *gin.Context, held http.ResponseWriter, r *http.Request) {
 	w := writerPool.Get().(*writer)
-	w.ResponseWriter, w.buf, w.status = c.Writer, buf, http.StatusOK
+	w.ResponseWriter, w.held, w.status = c.Writer, held, http.StatusOK
 	req := c.Request
 	c.Writer, c.Request = w, r
 	defer func() { // on a panic too, so that gin.Recovery answers on the real writer

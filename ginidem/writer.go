@@ -3,13 +3,12 @@ package ginidem
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"sync"
 
 	"github.com/gin-gonic/gin"
-
-	"github.com/idemkit/idem/core"
 )
 
 // ErrStreaming is what Flush panics with and Hijack returns on a keyed route: the
@@ -17,20 +16,22 @@ import (
 // over. It wraps http.ErrNotSupported. Serve streaming routes without the middleware.
 var ErrStreaming = fmt.Errorf("ginidem: a keyed response is held until it is recorded; it cannot be flushed, streamed or hijacked: %w", http.ErrNotSupported)
 
-// writer is c.Writer while a keyed handler runs: everything goes to the engine's
-// *core.Buffer. Like gin's own writer, WriteHeader only notes the status until the first
-// write (WriteHeaderNow, Write or WriteString).
+// writer is c.Writer while a keyed handler runs: everything goes to the engine's held
+// writer. Like gin's own writer, WriteHeader only notes the status until the first write
+// (WriteHeaderNow, Write or WriteString).
 type writer struct {
 	gin.ResponseWriter // the real writer; only CloseNotify reaches it (it writes nothing)
-	buf                *core.Buffer
+	held               http.ResponseWriter
 	status             int
+	written            bool // the status went to held
+	size               int  // body bytes written to held
 }
 
 var _ gin.ResponseWriter = (*writer)(nil)
 
 var writerPool = sync.Pool{New: func() any { return new(writer) }}
 
-func (w *writer) Header() http.Header { return w.buf.Header() }
+func (w *writer) Header() http.Header { return w.held.Header() }
 
 func (w *writer) WriteHeader(code int) {
 	if code > 0 && !w.Written() {
@@ -39,30 +40,35 @@ func (w *writer) WriteHeader(code int) {
 }
 
 func (w *writer) WriteHeaderNow() {
-	if !w.Written() {
-		w.buf.WriteHeader(w.status)
+	if !w.written {
+		w.written = true
+		w.held.WriteHeader(w.status)
 	}
 }
 
 func (w *writer) Write(p []byte) (int, error) {
 	w.WriteHeaderNow()
-	return w.buf.Write(p)
+	n, err := w.held.Write(p)
+	w.size += n
+	return n, err
 }
 
 func (w *writer) WriteString(s string) (int, error) {
 	w.WriteHeaderNow()
-	return w.buf.WriteString(s)
+	n, err := io.WriteString(w.held, s)
+	w.size += n
+	return n, err
 }
 
 func (w *writer) Status() int   { return w.status }
-func (w *writer) Written() bool { return w.buf.Written() }
+func (w *writer) Written() bool { return w.written }
 
 // Size reports the body bytes written, or -1 before anything was written, as gin does.
 func (w *writer) Size() int {
 	if !w.Written() {
 		return -1
 	}
-	return w.buf.Size()
+	return w.size
 }
 
 // Flush panics with ErrStreaming: a held response cannot be sent in parts.
@@ -74,5 +80,5 @@ func (w *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) { return nil, nil
 // Pusher returns nil (no server push), as gin does when the connection has none.
 func (w *writer) Pusher() http.Pusher { return nil }
 
-// Unwrap returns the buffer, for http.ResponseController.
-func (w *writer) Unwrap() http.ResponseWriter { return w.buf }
+// Unwrap returns the held writer, for http.ResponseController.
+func (w *writer) Unwrap() http.ResponseWriter { return w.held }

@@ -83,7 +83,7 @@ func ordersTx(t *testing.T, db *gorm.DB) *storetest.TxHooks {
 	require.NoError(t, db.Table(table).AutoMigrate(&order{}), "migrate the orders table")
 	return &storetest.TxHooks{
 		Write: func(ctx context.Context, label string) error {
-			tx, err := gormstore.DBSafely(ctx)
+			tx, err := requestDB(ctx)
 			if err != nil {
 				return err
 			}
@@ -95,20 +95,33 @@ func ordersTx(t *testing.T, db *gorm.DB) *storetest.TxHooks {
 			return int(n), err
 		},
 		Commit: func(ctx context.Context) error {
-			tx, err := gormstore.DBSafely(ctx)
+			tx, err := requestDB(ctx)
 			if err != nil {
 				return err
 			}
 			return tx.Commit().Error
 		},
 		Rollback: func(ctx context.Context) error {
-			tx, err := gormstore.DBSafely(ctx)
+			tx, err := requestDB(ctx)
 			if err != nil {
 				return err
 			}
 			return tx.Rollback().Error
 		},
 	}
+}
+
+// requestDB is the request's transaction, or the error that it has none or could not be
+// opened.
+func requestDB(ctx context.Context) (*gorm.DB, error) {
+	tx, ok := gormstore.DBFromContext(ctx)
+	switch {
+	case !ok:
+		return nil, gormstore.ErrNoTx
+	case tx.Error != nil:
+		return nil, tx.Error
+	}
+	return tx, nil
 }
 
 // openPostgresAt opens a fresh PostgreSQL schema through the server address addr (a

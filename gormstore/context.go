@@ -12,9 +12,10 @@ import (
 	"github.com/idemkit/idem/core/storage"
 )
 
-// ErrNoTx is returned by DBSafely when the context carries no transaction: the
-// request did not go through the idem middleware with a key (or the key was optional
-// and absent), and no caller set one with WithTx.
+// ErrNoTx is what DB panics with (in its message) when the context carries no
+// transaction: the request did not go through the idem middleware with a key (or the key
+// was optional and absent), and no caller set one with WithTx. DBFromContext reports it as
+// false.
 var ErrNoTx = errors.New("gormstore: no transaction in context")
 
 // errEnded reports use of a transaction after its lock was completed or released.
@@ -167,32 +168,30 @@ func WithTx(ctx context.Context, tx *gorm.DB) context.Context {
 // DB panics when ctx carries no transaction: the route is not behind the middleware, the
 // request had no key, or the context did not come from the request (nor from WithTx).
 // Writing outside the transaction would silently lose the guarantee, so there is no
-// fallback to the plain database; use DBSafely where the transaction is optional.
+// fallback to the plain database; use DBFromContext where the transaction is optional.
 func DB(ctx context.Context) *gorm.DB {
-	h, ok := ctx.Value(ctxKey{}).(*holder)
+	db, ok := DBFromContext(ctx)
 	if !ok {
 		panic(fmt.Sprintf("%v: gormstore.DB needs the context of a request handled by the idem middleware with a key, "+
-			"or one made by gormstore.WithTx; use gormstore.DBSafely where there may be none", ErrNoTx))
+			"or one made by gormstore.WithTx; use gormstore.DBFromContext where there may be none", ErrNoTx))
+	}
+	return db
+}
+
+// DBFromContext is DB without the panic: it returns the transaction and true when ctx
+// carries one, and nil and false when it does not. As with DB, a transaction that could
+// not be opened (or has ended) is returned with true, carrying its error in the Error
+// field.
+func DBFromContext(ctx context.Context) (*gorm.DB, bool) {
+	h, ok := ctx.Value(ctxKey{}).(*holder)
+	if !ok {
+		return nil, false
 	}
 	tx, pool, err := h.get()
 	if err != nil {
 		db := h.base.WithContext(ctx)
 		_ = db.AddError(err)
-		return db
+		return db, true
 	}
-	return handlerDB(ctx, tx, pool)
-}
-
-// DBSafely is DB returning an error instead of panicking: ErrNoTx when ctx
-// carries no transaction, or the error of opening it.
-func DBSafely(ctx context.Context) (*gorm.DB, error) {
-	h, ok := ctx.Value(ctxKey{}).(*holder)
-	if !ok {
-		return nil, ErrNoTx
-	}
-	tx, pool, err := h.get()
-	if err != nil {
-		return nil, err
-	}
-	return handlerDB(ctx, tx, pool), nil
+	return handlerDB(ctx, tx, pool), true
 }

@@ -13,17 +13,17 @@ import (
 )
 
 // TestDBWithoutTransaction: outside a keyed request DB panics with a message naming the
-// way out, DBSafely returns ErrNoTx, and neither falls back to a plain database.
+// way out, DBFromContext reports false, and neither falls back to a plain database.
 func TestDBWithoutTransaction(t *testing.T) {
 	t.Parallel()
-	if db, err := gormstore.DBSafely(t.Context()); !errors.Is(err, gormstore.ErrNoTx) || db != nil {
-		t.Fatalf("DBSafely = %v, %v; want nil, ErrNoTx", db, err)
+	if db, ok := gormstore.DBFromContext(t.Context()); ok || db != nil {
+		t.Fatalf("DBFromContext = %v, %t; want nil, false", db, ok)
 	}
 	defer func() {
 		p := recover()
 		msg := fmt.Sprint(p)
-		if p == nil || !strings.Contains(msg, gormstore.ErrNoTx.Error()) || !strings.Contains(msg, "DBSafely") {
-			t.Fatalf("DB panicked with %q, want a message naming ErrNoTx and DBSafely", msg)
+		if p == nil || !strings.Contains(msg, gormstore.ErrNoTx.Error()) || !strings.Contains(msg, "DBFromContext") {
+			t.Fatalf("DB panicked with %q, want a message naming ErrNoTx and DBFromContext", msg)
 		}
 	}()
 	gormstore.DB(t.Context())

@@ -9,7 +9,9 @@
 //	store := gormstore.New(db)            // WithTable, WithRetention, WithIsolation, WithLookupFirst
 //	if err := store.Migrate(ctx); err != nil { … } // explicit (see Table); New never touches the database
 //
-//	mux.Handle("POST /orders", core.Middleware(core.Config{Store: store}, accountID)(http.HandlerFunc(createOrder)))
+//	eng, err := core.New(core.Config{Store: store})
+//	// …
+//	mux.Handle("POST /orders", eng.Middleware(accountID)(http.HandlerFunc(createOrder)))
 //
 //	func createOrder(w http.ResponseWriter, r *http.Request) {
 //		order := Order{Amount: 42}
@@ -26,7 +28,7 @@
 // DB(ctx) returns the request's *gorm.DB, bound to its transaction and to ctx. It panics
 // when ctx carries none (the route is not behind the middleware, or had no key): writing
 // outside the transaction would silently lose the guarantee, so there is no fallback to
-// the plain database. DBSafely returns ErrNoTx instead. WithTx puts a transaction
+// the plain database. DBFromContext reports false instead. WithTx puts a transaction
 // the caller already has into a context, so the same code runs in a background job or a
 // test; the store's claims still open their own transactions.
 //

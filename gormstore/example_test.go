@@ -59,9 +59,11 @@ func Example() {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"id":%d}`, order.ID)
 	})
-	handler := core.Middleware(core.Config{
-		Store: store,
-	}, func(r *http.Request) string { return r.Header.Get("X-Account") })(createOrder)
+	eng, err := core.New(core.Config{Store: store})
+	if err != nil {
+		log.Fatal(err)
+	}
+	handler := eng.Middleware(func(r *http.Request) string { return r.Header.Get("X-Account") })(createOrder)
 
 	for range 2 {
 		r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{"amount":42}`))
@@ -104,11 +106,11 @@ func ExampleWithTx() {
 	})
 	fmt.Println("created:", err == nil)
 
-	_, err = gormstore.DBSafely(context.Background())
-	fmt.Println(err)
+	_, ok := gormstore.DBFromContext(context.Background())
+	fmt.Println("a transaction outside a request:", ok)
 	// Output:
 	// created: true
-	// gormstore: no transaction in context
+	// a transaction outside a request: false
 }
 
 // On PostgreSQL and MySQL/MariaDB the store takes the application's *gorm.DB as is. The
@@ -132,7 +134,11 @@ func ExampleNew() {
 	if err := myStore.Migrate(ctx); err != nil {
 		log.Fatal(err)
 	}
-	_ = core.Middleware(core.Config{Store: myStore}, func(r *http.Request) string { return r.Header.Get("X-Account") })
+	eng, err := core.New(core.Config{Store: myStore})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = eng.Middleware(func(r *http.Request) string { return r.Header.Get("X-Account") })
 }
 
 // Schema is the table's DDL for the store's dialect, with the configured name: what

@@ -185,7 +185,7 @@ func takeOver(t testing.TB, s storage.Store, c storage.Claim) storage.Lock {
 			t.Fatalf("Claim(%q) while waiting for the lease to run out: %v", c.Key, err)
 		case lock != nil:
 			t.Cleanup(func() { _ = lock.Release(context.Background()) })
-			if !lock.TakenOver() {
+			if !lock.Resumed() {
 				t.Fatalf("Claim(%q) after the lease ran out got a lock that did not take over", c.Key)
 			}
 			return lock

@@ -63,8 +63,8 @@ func (l *lock) Context(ctx context.Context) context.Context {
 // RecoveryPoint implements storage.Lock.RecoveryPoint.
 func (l *lock) RecoveryPoint() string { return l.initial }
 
-// TakenOver implements storage.Lock.TakenOver.
-func (l *lock) TakenOver() bool { return l.takenOver }
+// Resumed implements storage.Lock.Resumed.
+func (l *lock) Resumed() bool { return l.takenOver }
 
 // open begins a phased-mode transaction. On SQLite its first statement writes, fenced
 // by the token: the transaction takes the write lock at once (waiting up to

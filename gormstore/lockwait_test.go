@@ -91,7 +91,7 @@ func TestPostgresHandlerRunsUnderTheLockWait(t *testing.T) {
 			assert.Equal(t, own, lockSetting(t, db, "postgres"), "the connection back in the pool keeps its own lock_timeout")
 			require.NoError(t, holder.Rollback().Error)
 			again := mustLock(t, s, c) // nothing recorded: the key is free
-			assert.False(t, again.TakenOver())
+			assert.False(t, again.Resumed())
 			require.NoError(t, again.Release(t.Context()))
 		})
 	}

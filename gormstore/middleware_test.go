@@ -57,7 +57,11 @@ func newApp(t *testing.T, d dialect) *app {
 	if err := store.Migrate(t.Context()); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	mw := core.Middleware(core.Config{Store: store}, func(*http.Request) string { return "tenant" })
+	eng, err := core.New(core.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw := eng.Middleware(func(*http.Request) string { return "tenant" })
 	return &app{db: db, table: table, h: mw(http.HandlerFunc(createOrder))}
 }
 

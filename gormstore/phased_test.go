@@ -40,8 +40,8 @@ func TestPhased(t *testing.T) {
 				if err := gormstore.DB(ctx).Create(&order{Ref: "late"}).Error; err == nil {
 					t.Fatal("a write through the completed lock's context succeeded")
 				}
-				if _, err := gormstore.DBSafely(ctx); err == nil {
-					t.Fatal("DBSafely on a completed lock's context returned no error")
+				if tx, ok := gormstore.DBFromContext(ctx); !ok || tx.Error == nil {
+					t.Fatal("DBFromContext on a completed lock's context returned a transaction without an error")
 				}
 			})
 			t.Run("ReleaseRollsBackRequestTx", func(t *testing.T) {
@@ -95,9 +95,9 @@ func TestPhased(t *testing.T) {
 					t.Fatalf("Release: %v", err)
 				}
 				resumed := mustLock(t, s, c)
-				if !resumed.TakenOver() || resumed.RecoveryPoint() != "charged" {
+				if !resumed.Resumed() || resumed.RecoveryPoint() != "charged" {
 					t.Fatalf("retry after a released phase: taken over %v at %q, want true at charged",
-						resumed.TakenOver(), resumed.RecoveryPoint())
+						resumed.Resumed(), resumed.RecoveryPoint())
 				}
 			})
 			t.Run("PhaseAfterOpenRequestTxIsRefused", func(t *testing.T) {

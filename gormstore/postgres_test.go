@@ -65,8 +65,8 @@ func TestPostgresPgxstoreTable(t *testing.T) {
 		t.Fatalf("Phase: %v", err)
 	}
 	fresh := takeOver(t, s, p)
-	if !fresh.TakenOver() || fresh.RecoveryPoint() != "charged" {
-		t.Fatalf("takeover: %v at %q", fresh.TakenOver(), fresh.RecoveryPoint())
+	if !fresh.Resumed() || fresh.RecoveryPoint() != "charged" {
+		t.Fatalf("takeover: %v at %q", fresh.Resumed(), fresh.RecoveryPoint())
 	}
 	if err := stale.Complete(t.Context(), created); err == nil {
 		t.Fatal("the stale worker completed")

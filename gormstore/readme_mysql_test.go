@@ -60,7 +60,9 @@ func TestMySQLAsTheREADMEOpensIt(t *testing.T) {
 		w.Header().Set("Location", "/orders/"+strconv.FormatInt(order.ID, 10))
 		w.WriteHeader(http.StatusCreated)
 	})
-	handler := core.Middleware(core.Config{Store: store}, func(*http.Request) string { return "acme" })(createOrder)
+	eng, err := core.New(core.Config{Store: store})
+	require.NoError(t, err)
+	handler := eng.Middleware(func(*http.Request) string { return "acme" })(createOrder)
 	var answers []*httptest.ResponseRecorder
 	for range 2 {
 		r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{"amount":42}`))

@@ -27,7 +27,11 @@ func ordersAPI(hiccups int32) *httptest.Server {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"id":%d}`, orders.Add(1))
 	})
-	idem := core.Middleware(core.Config{Store: memstore.New()}, func(*http.Request) string { return "account-1" })
+	eng, err := core.New(core.Config{Store: memstore.New()})
+	if err != nil {
+		panic(err)
+	}
+	idem := eng.Middleware(func(*http.Request) string { return "account-1" })
 	api := idem(create)
 	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if left.Add(-1) >= 0 {

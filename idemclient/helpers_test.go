@@ -165,7 +165,11 @@ func do(t *testing.T, ctx context.Context, tr http.RoundTripper, method, url, bo
 func idemServer(t *testing.T, handler http.HandlerFunc) (url string, calls *atomic.Int64) {
 	t.Helper()
 	calls = new(atomic.Int64)
-	mw := core.Middleware(core.Config{Store: memstore.New(), Mode: core.ModePhased}, func(*http.Request) string { return "acct" })
+	eng, err := core.New(core.Config{Store: memstore.New(), Mode: core.ModePhased})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw := eng.Middleware(func(*http.Request) string { return "acct" })
 	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
 		handler(w, r)

@@ -2,7 +2,7 @@
 // one call adds to each keyed operation what a client, and an SDK generator deciding
 // what it may retry, needs to know.
 //
-//	policy, err := ordersConfig.Policy() // the core.Config given to ginidem, echoidem or core.Middleware
+//	policy, err := ordersConfig.Policy() // the core.Config given to ginidem, echoidem or core.New
 //	…
 //	err = idemopenapi.Add(doc, map[string]core.Policy{"POST /v1/orders": policy})
 //

@@ -75,8 +75,11 @@ const (
 	DefaultAuditTimeout = 60 * time.Second
 )
 
-// DefaultUnsafeMethods are the methods an audit sends requests to.
-var DefaultUnsafeMethods = []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+// DefaultUnsafeMethods returns the methods an audit sends requests to: POST, PUT, PATCH
+// and DELETE, in a new slice each call.
+func DefaultUnsafeMethods() []string {
+	return []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+}
 
 // AuditTarget is an app to audit, its routes and how to reach them: exactly one of
 // Handler and URL.
@@ -384,7 +387,7 @@ func (a AuditTarget) withDefaults() (AuditTarget, error) {
 		}
 	}
 	if a.Methods == nil {
-		a.Methods = DefaultUnsafeMethods
+		a.Methods = DefaultUnsafeMethods()
 	}
 	a.Methods = slices.Clone(a.Methods)
 	for i, m := range a.Methods {

@@ -17,8 +17,12 @@ import (
 func ExampleRunAudit() {
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) })
 	account := func(r *http.Request) string { return r.Header.Get("X-Account") }
+	eng, err := core.New(core.Config{Store: memstore.New()})
+	if err != nil {
+		panic(err)
+	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/orders", core.Middleware(core.Config{Store: memstore.New()}, account)(ok))
+	mux.Handle("POST /v1/orders", eng.Middleware(account)(ok))
 	mux.Handle("POST /v1/refunds", ok) // forgotten
 	mux.Handle("POST /v1/login", ok)
 

@@ -42,9 +42,13 @@ func (a *app) handler() http.Handler {
 		a.runs.Add(1)
 		w.WriteHeader(http.StatusNoContent)
 	})
+	eng, err := core.New(a.cfg)
+	if err != nil {
+		panic(err) // the tests' configs are valid
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/orders", ran)
-	mux.Handle("POST /v1/orders", core.Middleware(a.cfg, account)(ran))
+	mux.Handle("POST /v1/orders", eng.Middleware(account)(ran))
 	mux.Handle("POST /v1/login", ran)
 	mux.Handle("DELETE /v1/orders/{id}", ran)
 	if !a.auth {
@@ -244,4 +248,11 @@ func TestAuditOfAGinApp(t *testing.T) {
 	assert.Equal(t, map[string]idemtest.Verdict{"POST /v1/orders": idemtest.Guarded, "POST /v1/orders/:id/cancel": idemtest.Unguarded}, verdicts(rep))
 	require.Len(t, rec.errors, 1)
 	assert.Contains(t, rec.errors[0], "POST /v1/orders/:id/cancel is unguarded: POST /v1/orders/0/cancel got 200")
+}
+
+// TestDefaultUnsafeMethodsIsAFreshCopy: changing a returned slice changes no later audit.
+func TestDefaultUnsafeMethodsIsAFreshCopy(t *testing.T) {
+	t.Parallel()
+	idemtest.DefaultUnsafeMethods()[0] = "GET"
+	assert.Equal(t, []string{"POST", "PUT", "PATCH", "DELETE"}, idemtest.DefaultUnsafeMethods())
 }

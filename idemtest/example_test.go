@@ -23,8 +23,12 @@ func Example() {
 		fmt.Fprintf(w, `{"id":%d}`, id)
 	})
 	account := func(r *http.Request) string { return r.Header.Get("X-Account") }
+	eng, err := core.New(core.Config{Store: memstore.New()})
+	if err != nil {
+		panic(err)
+	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/orders", core.Middleware(core.Config{Store: memstore.New()}, account)(create))
+	mux.Handle("POST /v1/orders", eng.Middleware(account)(create))
 
 	rep, err := idemtest.Run(context.Background(), idemtest.Target{
 		Handler:     mux,

@@ -63,10 +63,14 @@ func (s *shop) routes() *http.ServeMux {
 
 func account(r *http.Request) string { return r.Header.Get("X-Account") }
 
-// protected is the shop behind core.Middleware on a memstore, POST only.
+// protected is the shop behind core's middleware on a memstore, POST only.
 func (s *shop) protected(store *memstore.Store) http.Handler {
 	mux := s.routes()
-	idem := core.Middleware(core.Config{Store: store}, account)
+	eng, err := core.New(core.Config{Store: store})
+	if err != nil {
+		panic(err)
+	}
+	idem := eng.Middleware(account)
 	root := http.NewServeMux()
 	root.Handle("POST /v1/orders", idem(mux))
 	root.Handle("/", mux)

@@ -28,7 +28,11 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	orders := core.Middleware(core.Config{Store: memstore.New(), Hooks: hooks}, func(*http.Request) string { return "acct_1" })(
+	eng, err := core.New(core.Config{Store: memstore.New(), Hooks: hooks})
+	if err != nil {
+		panic(err)
+	}
+	orders := eng.Middleware(func(*http.Request) string { return "acct_1" })(
 		http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) }))
 
 	for range 2 {

@@ -26,12 +26,17 @@ const (
 	AttrStoreOp = attribute.Key("idem.store.operation")
 )
 
-// DefaultStoreBuckets and DefaultRequestBuckets are the histograms' bucket boundaries, in
-// seconds, as promidem's.
-var (
-	DefaultStoreBuckets   = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
-	DefaultRequestBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
-)
+// DefaultStoreBuckets returns idem.store.duration's bucket boundaries, in seconds, as
+// promidem's: from half a millisecond to 5s, in a new slice each call.
+func DefaultStoreBuckets() []float64 {
+	return []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+}
+
+// DefaultRequestBuckets returns idem.request.duration's bucket boundaries, in seconds, as
+// promidem's: from a millisecond to 10s, in a new slice each call.
+func DefaultRequestBuckets() []float64 {
+	return []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+}
 
 // Hooks is a core.Hooks annotating spans and recording metrics. Create it with New; it
 // is safe for concurrent use, by several engines at once.
@@ -57,7 +62,7 @@ type seriesKey struct {
 
 const maxSeries = 1000
 
-var outcomes = []core.Outcome{core.OutcomeClaimed, core.OutcomeTookOver, core.OutcomeReplayed, core.OutcomeConflict, core.OutcomeMismatch,
+var outcomes = []core.Outcome{core.OutcomeClaimed, core.OutcomeResumed, core.OutcomeReplayed, core.OutcomeConflict, core.OutcomeMismatch,
 	core.OutcomeCompleted, core.OutcomeRolledBack, core.OutcomeRejected, core.OutcomeStoreError}
 
 func recordSet(kvs ...attribute.KeyValue) []metric.RecordOption {
@@ -125,17 +130,17 @@ func New(opts ...Option) (*Hooks, error) {
 	h := &Hooks{identifiers: o.identifiers, durations: make(map[core.Outcome][]metric.RecordOption), requestSets: make(map[seriesKey][]metric.AddOption)}
 	var err error
 	if h.requests, err = m.Int64Counter("idem.requests", metric.WithUnit("{request}"),
-		metric.WithDescription("Keyed requests by what the idempotency engine did: once under the final outcome, and once more under claimed or took_over when the handler ran.")); err != nil {
+		metric.WithDescription("Keyed requests by what the idempotency engine did: once under the final outcome, and once more under claimed or resumed when the handler ran.")); err != nil {
 		return nil, fmt.Errorf("otelidem: idem.requests: %w", err)
 	}
 	if h.duration, err = m.Float64Histogram("idem.request.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time a keyed request spent in the idempotency middleware, handler included, by final outcome."),
-		metric.WithExplicitBucketBoundaries(DefaultRequestBuckets...)); err != nil {
+		metric.WithExplicitBucketBoundaries(DefaultRequestBuckets()...)); err != nil {
 		return nil, fmt.Errorf("otelidem: idem.request.duration: %w", err)
 	}
 	if h.store, err = m.Float64Histogram("idem.store.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time the idempotency store took per request: to claim the key, to complete (record and commit) or to release it."),
-		metric.WithExplicitBucketBoundaries(DefaultStoreBuckets...)); err != nil {
+		metric.WithExplicitBucketBoundaries(DefaultStoreBuckets()...)); err != nil {
 		return nil, fmt.Errorf("otelidem: idem.store.duration: %w", err)
 	}
 	h.claim, h.complete, h.release = recordSet(AttrStoreOp.String("claim")), recordSet(AttrStoreOp.String("complete")), recordSet(AttrStoreOp.String("release"))
@@ -193,8 +198,8 @@ func eventName(o core.Outcome) string {
 		return "idem.conflict"
 	case core.OutcomeMismatch:
 		return "idem.mismatch"
-	case core.OutcomeTookOver:
-		return "idem.took_over"
+	case core.OutcomeResumed:
+		return "idem.resumed"
 	case core.OutcomeRolledBack:
 		return "idem.rolled_back"
 	case core.OutcomeStoreError:

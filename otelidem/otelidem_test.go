@@ -217,3 +217,12 @@ func TestMetricsWithoutASpan(t *testing.T) {
 	require.NoError(t, reader.Collect(context.Background(), &rm))
 	assert.NotEmpty(t, rm.ScopeMetrics)
 }
+
+// TestDefaultBucketsAreFreshCopies: changing a returned slice changes no later default.
+func TestDefaultBucketsAreFreshCopies(t *testing.T) {
+	t.Parallel()
+	otelidem.DefaultStoreBuckets()[0] = 99
+	otelidem.DefaultRequestBuckets()[0] = 99
+	assert.Equal(t, .0005, otelidem.DefaultStoreBuckets()[0])
+	assert.Equal(t, .001, otelidem.DefaultRequestBuckets()[0])
+}

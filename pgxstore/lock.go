@@ -85,7 +85,7 @@ func (l *atomicLock) Context(ctx context.Context) context.Context {
 
 func (l *atomicLock) RecoveryPoint() string { return l.point }
 
-func (l *atomicLock) TakenOver() bool { return l.takenOver }
+func (l *atomicLock) Resumed() bool { return l.takenOver }
 
 // Phase runs fn in the claim's transaction, under a savepoint opened when fn first asks
 // for the transaction: if fn fails, its writes are rolled back and the rest of the
@@ -278,7 +278,7 @@ func (l *phasedLock) Context(ctx context.Context) context.Context {
 
 func (l *phasedLock) RecoveryPoint() string { return l.point }
 
-func (l *phasedLock) TakenOver() bool { return l.takenOver }
+func (l *phasedLock) Resumed() bool { return l.takenOver }
 
 // errFinalOpen: a phase after the handler opened its final transaction would need a
 // second connection (a deadlock with a small pool), and the final writes made before it

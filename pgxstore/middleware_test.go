@@ -549,7 +549,7 @@ type cutOff struct{ storage.Store }
 
 func (c *cutOff) Claim(ctx context.Context, cl storage.Claim) (storage.Lock, *storage.Record, error) {
 	lock, rec, err := c.Store.Claim(ctx, cl)
-	if lock != nil && !lock.TakenOver() {
+	if lock != nil && !lock.Resumed() {
 		lock = cutOffLock{lock}
 	}
 	return lock, rec, err

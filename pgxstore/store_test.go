@@ -63,6 +63,16 @@ func TestLockHashIsGormstores(t *testing.T) {
 		pgxstore.New(pool, pgxstore.WithTable("billing.idem_keys")).LockHash("tenant-42", "3f2c9a1e-0b7d-4c55-9a0e-6d1f2b3c4d5e"))
 }
 
+// requestTx is the request's transaction, or ErrNoTx. A transaction that could not begin
+// reports its error from every method.
+func requestTx(ctx context.Context) (pgx.Tx, error) {
+	tx, ok := pgxstore.TxFromContext(ctx)
+	if !ok {
+		return nil, pgxstore.ErrNoTx
+	}
+	return tx, nil
+}
+
 // ordersTx is storetest's TxHooks on a fresh orders table in schema: rows written through
 // pgxstore.Tx, committed ones counted on pool.
 func ordersTx(t *testing.T, pool *pgxpool.Pool, schema string) *storetest.TxHooks {
@@ -70,7 +80,7 @@ func ordersTx(t *testing.T, pool *pgxpool.Pool, schema string) *storetest.TxHook
 	exec(t, pool, "CREATE TABLE "+table+" (id bigserial PRIMARY KEY, label text NOT NULL)")
 	return &storetest.TxHooks{
 		Write: func(ctx context.Context, label string) error {
-			tx, err := pgxstore.TxSafely(ctx)
+			tx, err := requestTx(ctx)
 			if err != nil {
 				return err
 			}
@@ -83,14 +93,14 @@ func ordersTx(t *testing.T, pool *pgxpool.Pool, schema string) *storetest.TxHook
 			return n, err
 		},
 		Commit: func(ctx context.Context) error {
-			tx, err := pgxstore.TxSafely(ctx)
+			tx, err := requestTx(ctx)
 			if err != nil {
 				return err
 			}
 			return tx.Commit(ctx)
 		},
 		Rollback: func(ctx context.Context) error {
-			tx, err := pgxstore.TxSafely(ctx)
+			tx, err := requestTx(ctx)
 			if err != nil {
 				return err
 			}

@@ -14,9 +14,9 @@ import (
 	"github.com/idemkit/idem/core/storage"
 )
 
-// ErrNoTx is returned by TxSafely when the context carries no transaction: the request is
+// ErrNoTx is what Tx panics with when the context carries no transaction: the request is
 // not behind the idem middleware, its route is not keyed, or the key was optional and
-// absent.
+// absent. TxFromContext reports it as false.
 var ErrNoTx = errors.New("pgxstore: no idempotency transaction in context")
 
 // ErrTxOwned is returned by Commit and Rollback of the transaction Tx hands out: the store
@@ -40,7 +40,7 @@ type fixed struct{ t pgx.Tx }
 func (f fixed) tx(context.Context) (pgx.Tx, error) { return f.t, nil }
 
 // WithTx returns a copy of ctx carrying tx, so code that gets its transaction with Tx or
-// TxSafely runs outside the middleware too (a job, a script, a test) in a transaction the
+// TxFromContext runs outside the middleware too (a job, a script, a test) in a transaction the
 // caller manages. Tx then returns tx itself.
 func WithTx(ctx context.Context, tx pgx.Tx) context.Context {
 	if tx == nil {
@@ -57,29 +57,30 @@ func WithTx(ctx context.Context, tx pgx.Tx) context.Context {
 // (ErrTxOwned).
 //
 // Tx panics when ctx carries no transaction (a route not behind the middleware, or an
-// optional key that was absent): use TxSafely there. If beginning the final transaction
+// optional key that was absent): use TxFromContext there. If beginning the final transaction
 // fails, the returned transaction reports that error from every method.
 func Tx(ctx context.Context) pgx.Tx {
-	src, ok := ctx.Value(ctxKey{}).(source)
+	tx, ok := TxFromContext(ctx)
 	if !ok {
-		panic(ErrNoTx.Error() + ": call pgxstore.Tx from a handler behind the idem middleware on a keyed route, " +
-			"or on a context from pgxstore.WithTx")
-	}
-	tx, err := src.tx(ctx)
-	if err != nil {
-		return failedTx{err}
+		panic(fmt.Errorf("%w: call pgxstore.Tx from a handler behind the idem middleware on a keyed route, "+
+			"or on a context from pgxstore.WithTx; use pgxstore.TxFromContext where there may be none", ErrNoTx))
 	}
 	return tx
 }
 
-// TxSafely is Tx returning an error instead: ErrNoTx when ctx carries no transaction, or
-// the error of beginning the final transaction.
-func TxSafely(ctx context.Context) (pgx.Tx, error) {
+// TxFromContext is Tx without the panic: it returns the transaction and true when ctx
+// carries one, and nil and false when it does not. As with Tx, a transaction that could
+// not begin (or has ended) is returned with true and reports its error from every method.
+func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 	src, ok := ctx.Value(ctxKey{}).(source)
 	if !ok {
-		return nil, ErrNoTx
+		return nil, false
 	}
-	return src.tx(ctx)
+	tx, err := src.tx(ctx)
+	if err != nil {
+		return failedTx{err}, true
+	}
+	return tx, true
 }
 
 // errSlotClosed: the transaction was asked for after its lock or phase ended.

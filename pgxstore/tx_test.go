@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -57,18 +56,19 @@ func things(t *testing.T, db pgxstore.DB, table string) string {
 	return s
 }
 
-// TestTxFromContext: Tx panics and TxSafely returns ErrNoTx without a transaction; WithTx
-// puts one in.
+// TestTxFromContext: Tx panics with ErrNoTx and TxFromContext reports false without a
+// transaction; WithTx puts one in.
 func TestTxFromContext(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	if _, err := pgxstore.TxSafely(ctx); !errors.Is(err, pgxstore.ErrNoTx) {
-		t.Fatalf("TxSafely without a transaction: %v, want ErrNoTx", err)
+	if got, ok := pgxstore.TxFromContext(ctx); ok || got != nil {
+		t.Fatalf("TxFromContext without a transaction = %v, %t; want nil, false", got, ok)
 	}
 	func() {
 		defer func() {
-			if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), "idem middleware") {
-				t.Fatalf("Tx without a transaction: recovered %v, want a panic naming the middleware", p)
+			p := recover()
+			if err, _ := p.(error); !errors.Is(err, pgxstore.ErrNoTx) || !strings.Contains(err.Error(), "idem middleware") {
+				t.Fatalf("Tx without a transaction: recovered %v, want ErrNoTx naming the middleware", p)
 			}
 		}()
 		pgxstore.Tx(ctx)
@@ -83,8 +83,8 @@ func TestTxFromContext(t *testing.T) {
 	if got := pgxstore.Tx(wctx); got != tx {
 		t.Fatalf("Tx(WithTx(ctx, tx)) = %v, want tx", got)
 	}
-	if got, err := pgxstore.TxSafely(wctx); got != tx || err != nil {
-		t.Fatalf("TxSafely(WithTx(ctx, tx)) = %v, %v", got, err)
+	if got, ok := pgxstore.TxFromContext(wctx); got != tx || !ok {
+		t.Fatalf("TxFromContext(WithTx(ctx, tx)) = %v, %t", got, ok)
 	}
 }
 
@@ -384,8 +384,8 @@ func TestAtomicTakeover(t *testing.T) {
 	a := c
 	a.Mode = storage.ModeAtomic
 	lock := mustLock(t, store, a)
-	if !lock.TakenOver() || lock.RecoveryPoint() != "charged" {
-		t.Fatalf("atomic claim of an expired lease: taken over %v, point %q; want true, charged", lock.TakenOver(), lock.RecoveryPoint())
+	if !lock.Resumed() || lock.RecoveryPoint() != "charged" {
+		t.Fatalf("atomic claim of an expired lease: taken over %v, point %q; want true, charged", lock.Resumed(), lock.RecoveryPoint())
 	}
 	if err := lock.Complete(ctx, &storage.Response{Status: http.StatusCreated, Body: []byte("atomic")}); err != nil {
 		t.Fatal(err)

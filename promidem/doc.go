@@ -6,8 +6,8 @@
 //
 // A request counts once in idem_requests_total under its final outcome (replayed,
 // completed, conflict, mismatch, rolled_back, rejected, store_error), and once more under
-// claimed or took_over when its handler ran, so "handler runs" is the rate of claimed plus
-// took_over and "replays" that of replayed. The histograms take final events only. The
+// claimed or resumed when its handler ran, so "handler runs" is the rate of claimed plus
+// resumed and "replays" that of replayed. The histograms take final events only. The
 // route is core.Event.Route: the ServeMux pattern, or the template ginidem and echoidem
 // hand over ("" when the router names none); the path is never a label.
 //

@@ -23,11 +23,13 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
+	eng, err := core.New(core.Config{Store: memstore.New(), Hooks: hooks})
+	if err != nil {
+		panic(err)
+	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/orders", core.Middleware(core.Config{Store: memstore.New(), Hooks: hooks},
-		func(*http.Request) string { return "acct_1" })(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusCreated)
-	})))
+	mux.Handle("POST /v1/orders", eng.Middleware(func(*http.Request) string { return "acct_1" })(
+		http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) })))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 
 	for range 2 {

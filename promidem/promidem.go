@@ -10,13 +10,18 @@ import (
 	"github.com/idemkit/idem/core"
 )
 
-// DefaultStoreBuckets are idem_store_seconds' buckets, in seconds: from half a
-// millisecond (an indexed claim on a local database) to 5s (core.DefaultStoreTimeout).
-var DefaultStoreBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+// DefaultStoreBuckets returns idem_store_seconds' buckets, in seconds: from half a
+// millisecond (an indexed claim on a local database) to 5s (core.DefaultStoreTimeout), in
+// a new slice each call.
+func DefaultStoreBuckets() []float64 {
+	return []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+}
 
-// DefaultRequestBuckets are idem_request_seconds' buckets, in seconds: from a
-// millisecond (a replay) to 10s.
-var DefaultRequestBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+// DefaultRequestBuckets returns idem_request_seconds' buckets, in seconds: from a
+// millisecond (a replay) to 10s, in a new slice each call.
+func DefaultRequestBuckets() []float64 {
+	return []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+}
 
 // Hooks is a core.Hooks recording metrics, and the prometheus.Collector of those metrics
 // (New registers it). It is safe for concurrent use, by several engines at once.
@@ -49,14 +54,14 @@ func New(reg prometheus.Registerer, opts ...Option) (*Hooks, error) {
 	if reg == nil {
 		return nil, errors.New("promidem: New: the Registerer is nil (pass prometheus.DefaultRegisterer for the global registry)")
 	}
-	o := options{store: DefaultStoreBuckets, request: DefaultRequestBuckets}
+	o := options{store: DefaultStoreBuckets(), request: DefaultRequestBuckets()}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	h := &Hooks{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_requests_total",
-			Help: "Keyed requests by what the idempotency engine did: once under the final outcome, and once more under claimed or took_over when the handler ran.",
+			Help: "Keyed requests by what the idempotency engine did: once under the final outcome, and once more under claimed or resumed when the handler ran.",
 		}, []string{"outcome", "route"}),
 		request: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "idem_request_seconds",

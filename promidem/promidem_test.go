@@ -81,7 +81,7 @@ func TestCountsRequestsByOutcomeAndRoute(t *testing.T) {
 	require.Equal(t, 502, send(t, h, "PATCH", "/v1/orders/43", "k3", `{}`))
 
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP idem_requests_total Keyed requests by what the idempotency engine did: once under the final outcome, and once more under claimed or took_over when the handler ran.
+# HELP idem_requests_total Keyed requests by what the idempotency engine did: once under the final outcome, and once more under claimed or resumed when the handler ran.
 # TYPE idem_requests_total counter
 idem_requests_total{outcome="claimed",route="POST /v1/orders"} 1
 idem_requests_total{outcome="completed",route="POST /v1/orders"} 1
@@ -159,4 +159,13 @@ func TestBucketsCanBeSet(t *testing.T) {
 	send(t, api(t, hooks), "POST", "/v1/orders", "k", `{}`)
 	assert.Len(t, histogram(t, reg, "idem_store_seconds", "op", "claim").GetBucket(), 1)
 	assert.Len(t, histogram(t, reg, "idem_request_seconds", "outcome", "completed").GetBucket(), 2)
+}
+
+// TestDefaultBucketsAreFreshCopies: changing a returned slice changes no later default.
+func TestDefaultBucketsAreFreshCopies(t *testing.T) {
+	t.Parallel()
+	promidem.DefaultStoreBuckets()[0] = 99
+	promidem.DefaultRequestBuckets()[0] = 99
+	assert.Equal(t, .0005, promidem.DefaultStoreBuckets()[0])
+	assert.Equal(t, .001, promidem.DefaultRequestBuckets()[0])
 }

@@ -97,7 +97,7 @@ func TestReplicaAcksShortPhase(t *testing.T) {
 	l, rec, err := store.Claim(ctx, claim)
 	require.NoError(t, err)
 	require.Nil(t, rec)
-	assert.True(t, l.TakenOver())
+	assert.True(t, l.Resumed())
 	assert.Equal(t, "charged", l.RecoveryPoint(), "the point recorded on the master")
 
 	stale, _, err := store.Claim(ctx, phasedClaim("fenced", "a"))

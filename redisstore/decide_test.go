@@ -88,11 +88,11 @@ func TestClaimScriptDecidesAsDecide(t *testing.T) {
 		switch want {
 		case storage.VerdictAbsent:
 			require.NotNil(t, lock, "%s: Decide says absent, the script did not claim", name)
-			assert.False(t, lock.TakenOver(), name)
+			assert.False(t, lock.Resumed(), name)
 			assert.Equal(t, storage.RecoveryStarted, lock.RecoveryPoint(), name)
 		case storage.VerdictTakeOver:
 			require.NotNil(t, lock, "%s: Decide says take over, the script did not", name)
-			assert.True(t, lock.TakenOver(), name)
+			assert.True(t, lock.Resumed(), name)
 			assert.Equal(t, "charged", lock.RecoveryPoint(), name)
 		default:
 			require.Nil(t, lock, "%s: Decide says %s, the script claimed the key", name, want)

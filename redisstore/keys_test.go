@@ -114,7 +114,7 @@ func TestKeysExpireByTTL(t *testing.T) {
 	l, rec, err = s.Claim(ctx, c)
 	require.NoError(t, err)
 	require.Nil(t, rec)
-	assert.False(t, l.TakenOver())
+	assert.False(t, l.Resumed())
 	require.NoError(t, l.Release(ctx))
 }
 

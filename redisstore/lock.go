@@ -33,8 +33,8 @@ func (l *lock) Context(ctx context.Context) context.Context { return ctx }
 // RecoveryPoint is the last recorded phase when the lock was obtained.
 func (l *lock) RecoveryPoint() string { return l.point }
 
-// TakenOver reports whether the lock took over an expired lease.
-func (l *lock) TakenOver() bool { return l.takenOver }
+// Resumed reports whether the lock took over an expired lease.
+func (l *lock) Resumed() bool { return l.takenOver }
 
 // Phase renews the lease (fenced by the token: ErrLeaseLost, and fn does not run, if it was
 // taken over), runs fn with ctx, then records point and renews the lease again, fenced

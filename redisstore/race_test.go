@@ -108,7 +108,7 @@ func TestTakeoverFencesTheStaleWorker(t *testing.T) {
 	close(locks)
 	require.Len(t, locks, 1, "exactly one racer takes the expired lease over")
 	fresh := <-locks
-	assert.True(t, fresh.TakenOver())
+	assert.True(t, fresh.Resumed())
 	assert.Equal(t, "charged", fresh.RecoveryPoint())
 
 	ran := false
@@ -149,7 +149,7 @@ func TestStaleWorkerCannotReleaseTheNewClaim(t *testing.T) {
 	fresh, _, err := b.Claim(ctx, retry)
 	require.NoError(t, err)
 	require.NotNil(t, fresh)
-	require.True(t, fresh.TakenOver())
+	require.True(t, fresh.Resumed())
 
 	require.ErrorIs(t, stale.Release(ctx), storage.ErrLeaseLost)
 	_, rec, err := a.Claim(ctx, c)

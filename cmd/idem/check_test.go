@@ -47,7 +47,11 @@ func server(t *testing.T, h func(http.Handler) http.Handler, n *atomic.Int64) st
 }
 
 func withIdem(store *memstore.Store) func(http.Handler) http.Handler {
-	return core.Middleware(core.Config{Store: store}, func(r *http.Request) string { return r.Header.Get("Authorization") })
+	eng, err := core.New(core.Config{Store: store})
+	if err != nil {
+		panic(err)
+	}
+	return eng.Middleware(func(r *http.Request) string { return r.Header.Get("Authorization") })
 }
 
 func TestCheckPassesAgainstTheLibrary(t *testing.T) {

@@ -87,7 +87,11 @@ var backends = []backend{
 // started key with a live lease (a phased request in flight), released at cleanup.
 func seed(t *testing.T, store storage.Store, completed int) {
 	t.Helper()
-	mw := core.Middleware(core.Config{Store: store}, func(r *http.Request) string { return "alice" })
+	eng, err := core.New(core.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw := eng.Middleware(func(r *http.Request) string { return "alice" })
 	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Location", "/v1/orders/"+r.Header.Get("Idempotency-Key"))
 		w.Header().Set("Content-Type", "application/json")

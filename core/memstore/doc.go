@@ -21,8 +21,9 @@
 //
 // Usage:
 //
-//	store := memstore.New()
-//	mw := core.Middleware(core.Config{Store: store}, func(r *http.Request) string { return r.Header.Get("X-Account") })
+//	eng, err := core.New(core.Config{Store: memstore.New()})
+//	// …
+//	mw := eng.Middleware(func(r *http.Request) string { return r.Header.Get("X-Account") })
 //
 // It is deliberately plain: one map behind one mutex, holding each key's storage.Record.
 // Claim keeps a copy of the fingerprint and Complete a copy of the response's header and

@@ -266,8 +266,8 @@ func (l *lock) Context(ctx context.Context) context.Context { return ctx }
 // RecoveryPoint is the recovery point when the lock was obtained.
 func (l *lock) RecoveryPoint() string { return l.claimedPoint }
 
-// TakenOver reports whether the lock took over an expired lease.
-func (l *lock) TakenOver() bool { return l.takenOver }
+// Resumed reports whether the lock took over an expired lease.
+func (l *lock) Resumed() bool { return l.takenOver }
 
 // Phase checks the lease, runs fn with ctx, then records point and renews the lease if
 // the lock still holds the key. fn's side effects are not rolled back when the lease was

@@ -85,7 +85,7 @@ func TestClockDrivesLeaseAndRetention(t *testing.T) {
 	mustRecord(t, s, c) // lease still live
 	clk.add(time.Nanosecond)
 	l2 := mustLock(t, s, c) // exactly at LockedUntil the lease has run out
-	assert.True(t, l2.TakenOver(), "TakenOver after the lease ran out")
+	assert.True(t, l2.Resumed(), "Resumed after the lease ran out")
 	assert.Equal(t, "charged", l2.RecoveryPoint(), "the takeover resumes from the recorded phase")
 	require.ErrorIs(t, l.Complete(ctx, &storage.Response{Status: 201}), core.ErrLeaseLost, "stale Complete")
 	complete(t, l2, &storage.Response{Status: 201})
@@ -97,7 +97,7 @@ func TestClockDrivesLeaseAndRetention(t *testing.T) {
 	assert.Equal(t, 201, mustRecord(t, s, r).Response.Status, "replay at the retention limit")
 	clk.add(time.Nanosecond)
 	l3 := mustLock(t, s, r)
-	assert.False(t, l3.TakenOver(), "a claim past retention is fresh, not a takeover")
+	assert.False(t, l3.Resumed(), "a claim past retention is fresh, not a takeover")
 	assert.Equal(t, storage.RecoveryStarted, l3.RecoveryPoint(), "recovery point of a claim past retention")
 }
 
@@ -411,7 +411,7 @@ func TestRetentionReplacesKeys(t *testing.T) {
 	clk.add(25 * time.Hour) // claim's retention is 24h
 	for i := range n {
 		l := mustLock(t, s, claim(fmt.Sprint("k", i), "b"))
-		assert.False(t, l.TakenOver(), "k%d: a claim past retention is fresh, not a takeover", i)
+		assert.False(t, l.Resumed(), "k%d: a claim past retention is fresh, not a takeover", i)
 		assert.Equal(t, storage.RecoveryStarted, l.RecoveryPoint(), "k%d: recovery point", i)
 		complete(t, l, &storage.Response{Status: 300 + i})
 	}
@@ -438,7 +438,7 @@ func TestStaleLockAfterDeleteAndReclaim(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "DeleteExpired deletes the expired key")
 	fresh := mustLock(t, s, claim("old", "b"))
-	assert.False(t, fresh.TakenOver(), "the deleted key is claimed afresh, not taken over")
+	assert.False(t, fresh.Resumed(), "the deleted key is claimed afresh, not taken over")
 	assert.ErrorIs(t, stale.Phase(ctx, "x", nil), core.ErrLeaseLost, "stale Phase")
 	assert.ErrorIs(t, stale.Complete(ctx, &storage.Response{Status: 500}), core.ErrLeaseLost, "stale Complete")
 	assert.ErrorIs(t, stale.Release(ctx), core.ErrLeaseLost, "stale Release")

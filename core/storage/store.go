@@ -7,10 +7,17 @@ import (
 	"time"
 )
 
-// Mode is how the engine runs one claim: ModeAtomic or ModePhased.
+// Mode is how an operation runs: ModeAtomic or ModePhased. It is the one mode type:
+// core.Mode is this type, so an application's core.Config.Mode and a store's Claim.Mode
+// need no conversion. Its zero value, ModeDefault, lets the engine choose; the engine
+// resolves it before claiming, so a Claim always carries ModeAtomic or ModePhased.
 type Mode int
 
 const (
+	// ModeDefault picks ModeAtomic when the store supports it (SupportsAtomic) and
+	// ModePhased otherwise. It is a setting (core.Config.Mode), never a Claim's mode.
+	ModeDefault Mode = 0
+
 	// ModeAtomic: the claim, the handler's business writes and the completion run in one
 	// database transaction that rides in the request context. A failure rolls everything
 	// back: no key, no business row. Only stores whose SupportsAtomic reports true run it.
@@ -22,9 +29,11 @@ const (
 	ModePhased Mode = 2
 )
 
-// String returns "atomic" or "phased".
+// String returns "default", "atomic" or "phased".
 func (m Mode) String() string {
 	switch m {
+	case ModeDefault:
+		return "default"
 	case ModeAtomic:
 		return "atomic"
 	case ModePhased:
@@ -149,7 +158,7 @@ type Store interface {
 	//     answers 422 or 409. A store never waits for a live lease.
 	//   - A started record whose lease has expired and whose fingerprint equals
 	//     c.Fingerprint: taken over atomically (only one of several racing claimers wins)
-	//     with a fresh token; the Lock reports TakenOver and the recorded recovery point.
+	//     with a fresh token; the Lock reports Resumed and the recorded recovery point.
 	//     With a different fingerprint the record is returned instead.
 	//   - A twin transaction in flight (atomic): Claim waits for it up to c.LockWait and
 	//     then returns an error wrapping ErrInProgress; if the twin rolled back, Claim
@@ -190,8 +199,8 @@ type Lock interface {
 	// RecoveryStarted for a fresh claim.
 	RecoveryPoint() string
 
-	// TakenOver reports whether this lock took over an expired lease.
-	TakenOver() bool
+	// Resumed reports whether this lock took over an expired lease.
+	Resumed() bool
 
 	// Phase runs fn and records point as the new recovery point. If fn returns an error,
 	// Phase returns it and keeps none of fn's writes, in either mode.

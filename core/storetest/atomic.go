@@ -136,7 +136,7 @@ func testTwinClaimsAfterRelease(s *suite) {
 	require.NoError(s.t, o.err, "a twin waiting for a rollback")
 	require.NotNil(s.t, o.lock, "a twin of a rolled back claim must get the key, got a Record in state %v", recState(o.rec))
 	tl := s.track(o.lock)
-	require.False(s.t, tl.TakenOver())
+	require.False(s.t, tl.Resumed())
 	require.Equal(s.t, storage.RecoveryStarted, tl.RecoveryPoint())
 	s.complete(tl, created("2"))
 	s.mustReplay(c, c, created("2"))

@@ -54,7 +54,7 @@ func testReleaseAfterPhase(s *suite) {
 		"a released lease must have ended, LockedUntil is %v", rec.LockedUntil)
 
 	l2 := s.mustLock(c)
-	require.True(s.t, l2.TakenOver(), "the retry after a released phase must take over")
+	require.True(s.t, l2.Resumed(), "the retry after a released phase must take over")
 	require.Equal(s.t, "charged", l2.RecoveryPoint(), "the retry resumes from the recorded phase")
 	s.mustStarted(c, c, "charged")
 	s.complete(l2, created("1"))
@@ -78,7 +78,7 @@ func testLeaseExpiryTakeover(s *suite) {
 
 	retry := s.claim("k", "a")
 	l2 := s.mustLock(retry)
-	require.True(s.t, l2.TakenOver(), "TakenOver after an expired lease")
+	require.True(s.t, l2.Resumed(), "Resumed after an expired lease")
 	require.Equal(s.t, "charged", l2.RecoveryPoint())
 	s.mustStarted(retry, retry, "charged")
 	s.complete(l2, created("1"))
@@ -121,7 +121,7 @@ func testTakeoverRace(s *suite) {
 	}
 	require.Len(s.t, winners, 1, "exactly one of %d claimers must take the expired lease over", takeoverRacers)
 	winner := winners[0]
-	require.True(s.t, winner.TakenOver(), "the winner of a race for an expired lease must report TakenOver")
+	require.True(s.t, winner.Resumed(), "the winner of a race for an expired lease must report Resumed")
 	require.Equal(s.t, "charged", winner.RecoveryPoint())
 	for _, o := range results {
 		switch {
@@ -149,7 +149,7 @@ func testFencing(s *suite) {
 
 	retry := s.claim("k", "a")
 	fresh := s.mustLock(retry)
-	require.True(s.t, fresh.TakenOver())
+	require.True(s.t, fresh.Resumed())
 	require.Equal(s.t, "p1", fresh.RecoveryPoint())
 
 	err := stale.Phase(s.ctx, "stale-phase", noop)
@@ -220,7 +220,7 @@ func testRenewAfterEnd(s *suite) {
 	require.NoError(s.t, l.Release(s.ctx), "Release")
 	_ = l.Lock.Renew(s.ctx) // its answer does not matter; what it changed does
 	l2 := s.mustLock(c)
-	require.True(s.t, l2.TakenOver(), "a renewal after Release must not extend the released lease: the retry takes over at once")
+	require.True(s.t, l2.Resumed(), "a renewal after Release must not extend the released lease: the retry takes over at once")
 	require.Equal(s.t, "charged", l2.RecoveryPoint())
 	s.complete(l2, created("1"))
 	_ = l2.Lock.Renew(s.ctx)

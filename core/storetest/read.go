@@ -101,7 +101,7 @@ func testLookupDecidesAsClaim(s *suite) {
 	require.NoError(s.t, l.Release(s.ctx))
 	require.Equal(s.t, storage.VerdictTakeOver, decide(released), "a released lease: Decide must say take over")
 	again := s.mustLock(released)
-	require.True(s.t, again.TakenOver(), "the claim after Decide said take over")
+	require.True(s.t, again.Resumed(), "the claim after Decide said take over")
 	require.Equal(s.t, "charged", again.RecoveryPoint())
 
 	old := s.claim("old", "a")

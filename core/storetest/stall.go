@@ -77,7 +77,7 @@ func testCompleteBounded(s *suite) {
 	require.NoError(s.t, o.err, "Claim after the database answers again")
 	if o.lock != nil {
 		s.track(o.lock)
-		require.False(s.t, o.lock.TakenOver(), "after the Release, a key whose completion did not land is free")
+		require.False(s.t, o.lock.Resumed(), "after the Release, a key whose completion did not land is free")
 		return
 	}
 	s.checkRecord(o.rec, c, storage.StateCompleted)

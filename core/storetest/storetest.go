@@ -223,7 +223,7 @@ func (s *suite) mustLock(c storage.Claim) *held {
 func (s *suite) mustFresh(c storage.Claim) *held {
 	s.t.Helper()
 	l := s.mustLock(c)
-	require.False(s.t, l.TakenOver(), "a fresh claim must not report TakenOver")
+	require.False(s.t, l.Resumed(), "a fresh claim must not report Resumed")
 	require.Equal(s.t, storage.RecoveryStarted, l.RecoveryPoint(), "recovery point of a fresh claim")
 	return l
 }
@@ -236,7 +236,7 @@ func (s *suite) mustRecord(c storage.Claim) *storage.Record {
 	if o.lock != nil {
 		s.track(o.lock)
 		require.FailNow(s.t, "Claim returned a Lock, want a Record",
-			"taken over: %v, recovery point %q", o.lock.TakenOver(), o.lock.RecoveryPoint())
+			"taken over: %v, recovery point %q", o.lock.Resumed(), o.lock.RecoveryPoint())
 	}
 	return o.rec
 }

@@ -153,7 +153,7 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 		{"keeps-response", map[string]string{"CompleteCopiesResponse": "status of the stored response"}},
 		{"no-retention", map[string]string{
 			"RetentionAsAbsent":       "Claim returned a Record (state completed), want a Lock",
-			"RetentionOnExpiredLease": "a fresh claim must not report TakenOver",
+			"RetentionOnExpiredLease": "a fresh claim must not report Resumed",
 		}},
 		{"no-fencing", map[string]string{"Fencing": "Phase of a lock whose lease was taken over"}},
 		{"folds-keys", map[string]string{"Limits": "Claim returned a Record (state completed), want a Lock"}},
@@ -280,7 +280,7 @@ type fakeLock struct{}
 
 func (fakeLock) Context(ctx context.Context) context.Context { return ctx }
 func (fakeLock) RecoveryPoint() string                       { return storage.RecoveryStarted }
-func (fakeLock) TakenOver() bool                             { return false }
+func (fakeLock) Resumed() bool                               { return false }
 func (fakeLock) Renew(context.Context) error                 { return nil }
 func (fakeLock) Phase(ctx context.Context, _ string, fn func(context.Context) error) error {
 	return fn(ctx)

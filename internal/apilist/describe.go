@@ -18,7 +18,7 @@ import (
 //	type Config struct, embedded core.Config
 //	type Hooks interface, Observe(context.Context, Event)
 //	type Outcome string
-//	method (*Engine) Handle(http.ResponseWriter, *http.Request, func() string, func(*Buffer, *http.Request)) bool
+//	method (*Engine) Middleware(func(*http.Request) string) func(http.Handler) http.Handler
 //
 // Types of other packages are qualified by package name; parameter names are left out.
 func describe(pkg *types.Package) (lines []string, names int) {

@@ -164,7 +164,11 @@ func netHTTPApp() app {
 		m.Handle("POST /v1/orders", h)
 		return m
 	}
-	return app{bare: mux(h), idem: mux(core.Middleware(core.Config{Store: memstore.New()}, scope)(h))}
+	eng, err := core.New(core.Config{Store: memstore.New()})
+	if err != nil {
+		panic(err)
+	}
+	return app{bare: mux(h), idem: mux(eng.Middleware(scope)(h))}
 }
 
 func ginApp() app {

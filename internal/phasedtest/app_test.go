@@ -335,9 +335,17 @@ func (a *app) handler(fw framework) http.Handler {
 		return e
 	default:
 		scope := func(r *http.Request) string { return r.Header.Get(accountHeader) }
+		payments, err := core.New(phased)
+		if err != nil {
+			panic(err)
+		}
+		orders, err := core.New(atomic)
+		if err != nil {
+			panic(err)
+		}
 		mux := http.NewServeMux()
-		mux.Handle("POST /v1/payments", core.Middleware(phased, scope)(http.HandlerFunc(a.createPayment)))
-		mux.Handle("POST /v1/orders", core.Middleware(atomic, scope)(http.HandlerFunc(a.createOrder)))
+		mux.Handle("POST /v1/payments", payments.Middleware(scope)(http.HandlerFunc(a.createPayment)))
+		mux.Handle("POST /v1/orders", orders.Middleware(scope)(http.HandlerFunc(a.createOrder)))
 		return recoverer(mux)
 	}
 }

@@ -178,8 +178,11 @@ func connect(s spec, p pools) (*backend, error) {
 	case kindPgx:
 		b.store = pgxstore.New(p.store, pgxstore.WithTable(s.Schema+"."+keyTable))
 		b.tx = func(ctx context.Context) (conn, error) {
-			tx, err := pgxstore.TxSafely(ctx)
-			return pgxConn{tx}, err
+			tx, ok := pgxstore.TxFromContext(ctx)
+			if !ok {
+				return nil, pgxstore.ErrNoTx
+			}
+			return pgxConn{tx}, nil
 		}
 		b.data = pgxConn{p.aux}
 		b.inUse = func() int { return int(p.store.Stat().AcquiredConns()) }
@@ -213,8 +216,14 @@ func connect(s spec, p pools) (*backend, error) {
 }
 
 func gormTx(ctx context.Context) (conn, error) {
-	db, err := gormstore.DBSafely(ctx)
-	return gormConn{db}, err
+	db, ok := gormstore.DBFromContext(ctx)
+	switch {
+	case !ok:
+		return nil, gormstore.ErrNoTx
+	case db.Error != nil:
+		return nil, db.Error
+	}
+	return gormConn{db}, nil
 }
 
 // newBackend gives the test a backend of its own: a fresh PostgreSQL schema (and SQLite

@@ -137,7 +137,7 @@ type partitioned struct{ storage.Store }
 
 func (p partitioned) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
 	lock, rec, err := p.Store.Claim(ctx, c)
-	if lock != nil && !lock.TakenOver() {
+	if lock != nil && !lock.Resumed() {
 		lock = cutOff{lock}
 	}
 	return lock, rec, err

@@ -67,8 +67,12 @@ func providerScope() string { return "provider" }
 
 var frameworks = []framework{
 	{"net/http", func(cfg core.Config, rc *receiver, insert func(context.Context, string) (int64, error)) http.Handler {
+		eng, err := core.New(cfg)
+		if err != nil {
+			panic(err)
+		}
 		mux := http.NewServeMux()
-		mux.Handle("POST /webhooks/provider", core.Middleware(cfg, func(*http.Request) string { return providerScope() })(
+		mux.Handle("POST /webhooks/provider", eng.Middleware(func(*http.Request) string { return providerScope() })(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				status, body := rc.handle(r.Context(), insert)
 				w.WriteHeader(status)

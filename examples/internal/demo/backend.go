@@ -149,9 +149,9 @@ func openDatabase(ctx context.Context, cfg Config) (*backend, error) {
 				return pgxTx{pgxQ{tx}, tx}, nil
 			},
 			tx: func(ctx context.Context) (querier, error) {
-				tx, err := pgxstore.TxSafely(ctx)
-				if err != nil {
-					return nil, err
+				tx, ok := pgxstore.TxFromContext(ctx)
+				if !ok {
+					return nil, pgxstore.ErrNoTx
 				}
 				return pgxQ{tx}, nil
 			},
@@ -186,9 +186,12 @@ func gormBackend(name, dialect string, db *gorm.DB) (*backend, error) {
 			return gormTx{gormQ{tx}}, nil
 		},
 		tx: func(ctx context.Context) (querier, error) {
-			tx, err := gormstore.DBSafely(ctx)
-			if err != nil {
-				return nil, err
+			tx, ok := gormstore.DBFromContext(ctx)
+			switch {
+			case !ok:
+				return nil, gormstore.ErrNoTx
+			case tx.Error != nil: // the transaction could not be opened
+				return nil, tx.Error
 			}
 			return gormQ{tx}, nil
 		},
