@@ -282,7 +282,7 @@ func (e *Engine) problemCase(k ProblemKind, p Policy) string {
 	case ProblemResponseTooLarge:
 		return fmt.Sprintf("A retry of a request that completed with a response over %d bytes, too large to keep: the operation happened once and is not run again, and there is nothing to replay. Do not retry.", c.MaxResponseBody)
 	case ProblemMisconfigured:
-		return "The server could not tell whose request it is (an empty scope: a server bug): nothing runs."
+		return fmt.Sprintf("A server misconfiguration: a scope that is empty (the middleware ran before authentication) or that no store can hold (over %d bytes, not UTF-8, or with a NUL), or two idem middlewares on one route: nothing runs.", MaxScopeLength)
 	}
 	return k.Title() + "."
 }
