@@ -42,8 +42,9 @@
 //
 // Skipper runs before any key is read and sees the *gin.Context, so c.FullPath() (the
 // route pattern, "/orders/:id") and what earlier middleware stored are available.
-// Mount exactly one idempotency middleware in front of each route: a group's and a
-// route's in a row would both claim the key.
+// Mount exactly one idempotency middleware in front of each route: a request that meets
+// a second one (a group's and a route's in a row) is answered 500 misconfigured, naming
+// the route, and nothing runs.
 //
 // The middleware sets c.Request.Pattern to c.FullPath(), as net/http's ServeMux sets
 // its pattern, so that core.Event.Route, and the metrics and log lines built on it, name
