@@ -7,7 +7,7 @@ import (
 )
 
 // buffer is the http.ResponseWriter a keyed handler writes into (the held writer of
-// core/adapter.Handle): nothing reaches the client until the engine has recorded (and,
+// Engine.Handle): nothing reaches the client until the engine has recorded (and,
 // in atomic mode, committed) the outcome. Adapters wrap it in their framework's writer.
 // It deliberately implements neither
 // http.Flusher nor http.Hijacker: a streamed or hijacked response cannot be held back

@@ -13,8 +13,8 @@ import (
 )
 
 // Config configures an Engine: the options every adapter shares (net/http through
-// Engine.Middleware, ginidem, echoidem). Zero fields take the default their comment states
-// (DefaultConfig returns them all); Store is required. The caller's scope is not part of
+// Engine.Middleware, ginidem, echoidem). Zero fields take the default their comment states;
+// Store is required. New refuses an invalid field, naming it. The caller's scope is not part of
 // it: each adapter takes it in its framework's own terms (Engine.Middleware's argument,
 // ginidem.Config.Scope, echoidem.Config.Scope), once.
 type Config struct {
@@ -32,13 +32,13 @@ type Config struct {
 	// Key says where the key is when it is not in the HeaderName header: a webhook
 	// provider's delivery header (KeyFromHeader("X-GitHub-Delivery")) or an event ID in
 	// the JSON body (KeyFromJSON("id")). Setting Key together with a HeaderName other
-	// than the default is an error (Validate): HeaderName would go unused.
+	// than the default is an error (New): HeaderName would go unused.
 	// Default: the zero KeySource, the HeaderName header.
 	Key KeySource
 
 	// Methods lists the methods that take part; others pass through untouched, even
 	// with a key. A request's method is matched exactly, as HTTP methods are
-	// case-sensitive, so each must be written as requests send it: Validate refuses one
+	// case-sensitive, so each must be written as requests send it: New refuses one
 	// that is not upper case ("post" would never match a POST). Default: POST and PATCH.
 	Methods []string
 
@@ -87,7 +87,7 @@ type Config struct {
 	MaxResponseBody int64
 
 	// ReplayHeaders lists the response headers stored and replayed. Set-Cookie,
-	// Authorization, WWW-Authenticate and Proxy-Authenticate are refused by Validate.
+	// Authorization, WWW-Authenticate and Proxy-Authenticate are refused by New.
 	// Default: Location, Content-Type, Content-Location, ETag, Last-Modified, Link.
 	ReplayHeaders []string
 
@@ -130,15 +130,18 @@ type Config struct {
 	Hooks Hooks
 }
 
-// Default values, exported for documentation and tests.
+// DefaultHeaderName is the request header that carries the key unless Config.HeaderName
+// names another: the one definition of the name, which idemclient and idemtest use too.
+const DefaultHeaderName = "Idempotency-Key"
+
+// The defaults of Config's fields, as their comments state them.
 const (
-	DefaultHeaderName      = "Idempotency-Key"
-	DefaultLease           = 60 * time.Second
-	DefaultLockWait        = 2 * time.Second
-	DefaultStoreTimeout    = 5 * time.Second
-	DefaultMaxRequestBody  = 1 << 20
-	DefaultMaxResponseBody = 1 << 20
-	DefaultRetryAfter      = time.Second
+	defaultLease           = 60 * time.Second
+	defaultLockWait        = 2 * time.Second
+	defaultStoreTimeout    = 5 * time.Second
+	defaultMaxRequestBody  = 1 << 20
+	defaultMaxResponseBody = 1 << 20
+	defaultRetryAfter      = time.Second
 )
 
 // DefaultReplayHeaders returns the response headers stored and replayed by default:
@@ -151,23 +154,23 @@ func DefaultReplayHeaders() []string {
 // neverReplayed headers carry credentials or per-client state; they are never stored.
 var neverReplayed = []string{"Set-Cookie", "Authorization", "WWW-Authenticate", "Proxy-Authenticate"}
 
-// DefaultConfig returns a Config with every default filled in except Store.
-func DefaultConfig() Config {
+// defaultConfig returns a Config with every default filled in except Store.
+func defaultConfig() Config {
 	return Config{
 		HeaderName:      DefaultHeaderName,
 		Methods:         []string{http.MethodPost, http.MethodPatch},
 		MinKeyLength:    1,
-		Lease:           DefaultLease,
-		LockWait:        DefaultLockWait,
-		StoreTimeout:    DefaultStoreTimeout,
-		MaxRequestBody:  DefaultMaxRequestBody,
-		MaxResponseBody: DefaultMaxResponseBody,
+		Lease:           defaultLease,
+		LockWait:        defaultLockWait,
+		StoreTimeout:    defaultStoreTimeout,
+		MaxRequestBody:  defaultMaxRequestBody,
+		MaxResponseBody: defaultMaxResponseBody,
 		ReplayHeaders:   DefaultReplayHeaders(),
 		Storable:        StorableStatus,
 		Fingerprint:     Fingerprint,
 		Problem:         WriteProblem,
 		ProblemBase:     DefaultProblemBase,
-		RetryAfter:      DefaultRetryAfter,
+		RetryAfter:      defaultRetryAfter,
 		Logger:          slog.New(slog.DiscardHandler),
 	}
 }
@@ -188,9 +191,9 @@ func StorableStatus(status int) bool {
 	return false
 }
 
-// WithDefaults returns c with every zero field set to its default.
-func (c Config) WithDefaults() Config {
-	d := DefaultConfig()
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	d := defaultConfig()
 	if c.HeaderName == "" {
 		c.HeaderName = d.HeaderName
 	}
@@ -239,9 +242,9 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports the first invalid field of c, by name, wrapping ErrInvalidConfig.
-// Call it on a config with defaults applied (New does both).
-func (c Config) Validate() error {
+// validate reports the first invalid field of c, by name, wrapping ErrInvalidConfig.
+// It runs on a config with defaults applied (New does both).
+func (c Config) validate() error {
 	bad := func(field, format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
 	}
@@ -253,7 +256,7 @@ func (c Config) Validate() error {
 	case c.Mode < ModeDefault || c.Mode > ModePhased:
 		return bad("Mode", "unknown mode %d", c.Mode)
 	case c.Mode == ModeAtomic && !c.Store.SupportsAtomic():
-		return fmt.Errorf("%w: Mode: atomic mode needs a store with a transaction to share (%T has none): %w", ErrInvalidConfig, c.Store, ErrUnsupportedMode)
+		return fmt.Errorf("%w: Mode: atomic mode needs a store with a transaction to share (%T has none): %w", ErrInvalidConfig, c.Store, storage.ErrUnsupportedMode)
 	case !httpguts.ValidHeaderFieldName(c.HeaderName):
 		return bad("HeaderName", "%q is not a valid header name", c.HeaderName)
 	case c.Key.err != nil:

@@ -24,9 +24,9 @@ import (
 // means the ID is enough. The id is held to the key contract (1–255 characters of
 // printable ASCII; Config.MinKeyLength does not apply, the ID is not a client's guess).
 //
-// fn runs with a ctx carrying the Operation (OperationFrom: phases, derived keys) and the
+// fn runs with a ctx carrying the Operation (MustOperation: phases, derived keys) and the
 // store's transaction. In atomic mode (pgxstore, gormstore) that is the claim's: write
-// through pgxstore.Tx(ctx) or gormstore.DB(ctx), and the business write and the ID's
+// through pgxstore.MustTx(ctx) or gormstore.MustDB(ctx), and the business write and the ID's
 // record commit together or not at all. In phased mode each Operation.Phase commits on
 // its own, and a retry after a failure or an expired lease resumes after the last one.
 // The result is what fn chooses to keep (nothing, or a small JSON): it is recorded, at
@@ -40,7 +40,7 @@ import (
 //     does not run. Acknowledge the message: it was a duplicate.
 //   - An id in flight (another consumer runs it now; in atomic mode Do waits up to
 //     LockWait first, in phased mode up to LeaseWait), or whose lease a phase of fn found
-//     taken over: an error wrapping ErrInProgress. Redeliver later (a NAK with a delay).
+//     taken over: an error wrapping storage.ErrInProgress. Redeliver later (a NAK with a delay).
 //   - An id recorded with another fingerprint: an error wrapping ErrKeyReused. The
 //     message is not the one first seen under its ID; it will never succeed (terminate it).
 //   - fn returned an error: the ID is released (atomic mode rolls fn's writes back) and
@@ -52,7 +52,7 @@ import (
 //     ErrRecoveryPointUnreached; nothing is recorded and the ID keeps its recovery
 //     point, so a fixed deploy resumes after it.
 //   - The store failed or could not record the outcome: an error wrapping the store's
-//     (ErrTransient for a serialization failure: retry at once). Nothing ran unprotected;
+//     (storage.ErrTransient for a serialization failure: retry at once). Nothing ran unprotected;
 //     redeliver later.
 //   - An empty scope: ErrEmptyScope; a scope no store can hold (see MaxScopeLength):
 //     ErrInvalidScope; a malformed id: ErrInvalidKey. Each is the caller's bug; nothing
@@ -101,7 +101,7 @@ func (e *Engine) doHeld(ctx context.Context, c *call, rec *storage.Record) ([]by
 		e.observe(ctx, c, OutcomeMismatch, 0, ErrKeyReused)
 		return nil, false, fmt.Errorf("idem: Do %q: %w", c.Key, ErrKeyReused)
 	case v != storage.VerdictReplay || rec.Response == nil:
-		return nil, false, e.doInProgress(ctx, c, ErrInProgress)
+		return nil, false, e.doInProgress(ctx, c, storage.ErrInProgress)
 	}
 	e.observe(ctx, c, OutcomeReplayed, 0, nil)
 	return bytes.Clone(rec.Response.Body), true, nil
@@ -121,7 +121,7 @@ func (e *Engine) doRun(ctx context.Context, c *call, lock storage.Lock, fn func(
 
 	rctx := context.WithoutCancel(ctx) // fn is done: recording must not be cut short
 	if err := interrupted(ctx, &rn.op); err != nil {
-		if errors.Is(err, ErrLeaseLost) {
+		if errors.Is(err, storage.ErrLeaseLost) {
 			return nil, false, e.doInProgress(ctx, c, withRelease(err, e.release(rctx, c, lock)))
 		}
 		e.observe(ctx, c, OutcomeRolledBack, 0, e.rolledBack(rctx, c, lock, err))
@@ -142,7 +142,7 @@ func (e *Engine) doRun(ctx context.Context, c *call, lock storage.Lock, fn func(
 		return nil, false, err
 	}
 	if err := e.complete(rctx, c, lock, &storage.Response{Status: http.StatusOK, Body: result}); err != nil {
-		if errors.Is(err, ErrLeaseLost) {
+		if errors.Is(err, storage.ErrLeaseLost) {
 			return nil, false, e.doInProgress(ctx, c, err)
 		}
 		if rec := e.twinRecord(rctx, c, err); rec != nil {
@@ -156,24 +156,24 @@ func (e *Engine) doRun(ctx context.Context, c *call, lock storage.Lock, fn func(
 	return result, false, nil
 }
 
-// doInProgress reports an ID another worker holds. err wraps ErrInProgress or
-// ErrLeaseLost; the error returned wraps ErrInProgress either way.
+// doInProgress reports an ID another worker holds. err wraps storage.ErrInProgress or
+// storage.ErrLeaseLost; the error returned wraps storage.ErrInProgress either way.
 func (e *Engine) doInProgress(ctx context.Context, c *call, err error) error {
-	e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "idem: message ID in progress; returning ErrInProgress", e.attrs(c, err)...)
+	e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "idem: message ID in progress; returning storage.ErrInProgress", e.attrs(c, err)...)
 	e.observe(ctx, c, OutcomeConflict, 0, err)
-	if errors.Is(err, ErrInProgress) {
+	if errors.Is(err, storage.ErrInProgress) {
 		return fmt.Errorf("idem: Do %q: %w", c.Key, err)
 	}
-	return fmt.Errorf("idem: Do %q: %w: %w", c.Key, ErrInProgress, err)
+	return fmt.Errorf("idem: Do %q: %w: %w", c.Key, storage.ErrInProgress, err)
 }
 
 // doStoreFailed reports a claim the store could not make.
 func (e *Engine) doStoreFailed(ctx context.Context, c *call, err error) error {
 	switch {
-	case errors.Is(err, ErrInProgress):
+	case errors.Is(err, storage.ErrInProgress):
 		return e.doInProgress(ctx, c, err)
-	case errors.Is(err, ErrTransient):
-		e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "idem: Do collided with a twin and rolled back; returning ErrTransient", e.attrs(c, err)...)
+	case errors.Is(err, storage.ErrTransient):
+		e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "idem: Do collided with a twin and rolled back; returning storage.ErrTransient", e.attrs(c, err)...)
 		e.observe(ctx, c, OutcomeConflict, 0, err)
 	default:
 		e.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idem: store failed; Do did not run the function unprotected", e.attrs(c, err)...)

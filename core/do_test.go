@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/internal/syncbuf"
 )
 
@@ -139,7 +140,7 @@ func TestDoInFlightIsErrInProgress(t *testing.T) {
 		t.Fatal("ran while in flight")
 		return nil, nil
 	})
-	require.ErrorIs(t, err, core.ErrInProgress)
+	require.ErrorIs(t, err, storage.ErrInProgress)
 	close(release)
 	require.NoError(t, <-done)
 	res, replayed, err := eng.Do(t.Context(), "s", "m", nil, nil)
@@ -241,7 +242,7 @@ func TestDoPhasesResumeAfterAFailure(t *testing.T) {
 	var derived []string
 	fn := func(fail bool) func(ctx context.Context) ([]byte, error) {
 		return func(ctx context.Context) ([]byte, error) {
-			op := core.OperationFrom(ctx)
+			op := core.MustOperation(ctx)
 			derived = append(derived, op.DerivedKey("charge"))
 			if err := op.Phase(ctx, "charged", func(context.Context) error { charged.Add(1); return nil }); err != nil {
 				return nil, err

@@ -22,7 +22,10 @@
 // alone with a lease and a fencing token; named phases commit recovery points; a retry
 // after the lease takes over and resumes).
 //
-// With net/http (or chi), the scope naming the caller is Engine.Middleware's argument:
+// An application builds one engine (New) and hands it to every route it guards, to Do,
+// and to whatever publishes its Policy: with net/http (or chi) the scope naming the
+// caller is Engine.Middleware's argument; Gin and Echo users mount ginidem.New(eng, …) or
+// echoidem.New(eng, …) on the group of routes that need it.
 //
 //	eng, err := core.New(core.Config{Store: store}) // a pgxstore, gormstore, redisstore or memstore Store
 //	if err != nil { ... }
@@ -31,17 +34,32 @@
 //
 // Wrap only the routes that need a key (a handled request without one is a 400 unless
 // Config.KeyOptional is set); methods outside Config.Methods (POST and PATCH by default)
-// pass through untouched. Gin and Echo users mount ginidem and echoidem instead, on the
-// group of routes that need it; pgxstore and gormstore share the handler's transaction
-// (pgxstore.Tx, gormstore.DB). examples/quickstart is a whole program (Gin, pgxstore).
+// pass through untouched. pgxstore and gormstore share the handler's transaction
+// (pgxstore.MustTx, gormstore.MustDB). examples/quickstart is a whole program (Gin,
+// pgxstore).
+//
+// An engine is one contract: its Policy describes every route it guards, and what
+// changes that contract is in Config: the store, where the key is (Key), whether it is
+// required (KeyOptional), the mode. A route with another contract (an optional key, a
+// phased route beside atomic ones, a webhook whose key is in the body) gets an engine
+// of its own, built with core.New from the same Config with that field changed, usually
+// on the same store. An engine is a value with no goroutine and no connection of its
+// own, so a second one costs nothing, and each publishes its own, true, Policy.
+//
+// # Scope
 //
 // The scope names the caller a key belongs to (account, API key, tenant): keys never
-// collide across scopes. It is called only for keyed requests, so the middleware must
-// run after authentication. A scope of "" fails closed: the handler does not run,
-// nothing is stored, the client gets a 500 problem of kind ProblemMisconfigured and the
-// logger an error naming the route, rather than one key space shared by every caller. So
-// does a scope no store can hold (see MaxScopeLength), and the middleware mounted twice
-// on one route. A single-tenant API returns a constant.
+// collide across scopes, and two scopes with one key are two operations. Every entry
+// point takes it in its own terms (Engine.Middleware's argument, ginidem.Config.Scope,
+// echoidem.Config.Scope, Engine.Do's argument) and calls it only for keyed requests, so
+// the middleware must run after authentication. A scope is 1–MaxScopeLength bytes of
+// valid UTF-8 without NUL. A scope of "" (the middleware ran before authentication) or
+// one no store can hold is the application's bug and fails closed: nothing runs, nothing
+// is stored, the client gets a 500 problem of kind ProblemMisconfigured and the logger an
+// error naming the route (Do returns ErrEmptyScope or ErrInvalidScope), rather than one
+// key space shared by every caller. So does the middleware mounted twice on one route. A
+// single-tenant API returns a constant. This is the one statement of the rule; the
+// adapters and the docs link here.
 //
 // Refusals are RFC 9457 problems, one ProblemKind each with a fixed status and title.
 // Their type URI is Config.ProblemBase followed by the kind; by default
@@ -53,8 +71,16 @@
 // webhook receiver and a NATS JetStream consumer.
 //
 // This package is the application's API: Config, Engine.Middleware, Engine.Do,
-// Operation (phases and derived keys), Sweeper, Hooks, Policy (a route's contract, to
-// publish: idemopenapi puts it in an OpenAPI document), the problems and the errors.
-// Authors of framework adapters use core/adapter; store authors implement the seam in
-// core/storage and run core/storetest.
+// Operation (phases and derived keys), Sweeper, Hooks, Engine.Policy (the contract, to
+// publish: core/policy, idemopenapi), the problems and the engine's errors. The errors a
+// store reports (storage.ErrInProgress, ErrLeaseLost, ErrTransient…) are core/storage's,
+// defined there once; store authors implement that seam and run core/storetest.
+//
+// # Adapter authors
+//
+// A framework adapter (ginidem, echoidem, or one of your own) is a short function of an
+// engine: it reads the framework's request, calls Engine.Handle with a function that
+// runs the rest of the framework's chain into the held writer it is given, and stops the
+// chain when Handle reports it handled the request. net/http's Middleware is that
+// adapter for http.Handler.
 package core

@@ -15,7 +15,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemkit/idem/core/storage"
-	"github.com/idemkit/idem/internal/enginelink"
 )
 
 // Engine runs the idempotency protocol for one configuration. It holds no scope: each
@@ -34,8 +33,8 @@ type Engine struct {
 // New returns an Engine for cfg, with defaults applied to its zero fields. It fails with
 // an error wrapping ErrInvalidConfig that names the bad field.
 func New(cfg Config) (*Engine, error) {
-	cfg = cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, mode: cfg.Mode, header: http.CanonicalHeaderKey(cfg.HeaderName), methods: cfg.Methods, retention: cfg.Store.Retention()}
@@ -51,37 +50,51 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-func init() {
-	enginelink.Handle = func(eng any, w http.ResponseWriter, r *http.Request, scope func() string, next func(http.ResponseWriter, *http.Request)) int {
-		return eng.(*Engine).serve(w, r, scope, next)
-	}
-}
-
-// serve runs the protocol for one request, for Middleware and for framework adapters
-// (through core/adapter.Handle, which documents it). It returns what happened:
-// enginelink.Passed (the request does not take part: nothing was written and next did not
-// run), Ran (next ran the rest of the chain into a held response, and the outcome was
-// written on w) or Answered (a replay or a problem was written on w; next did not run).
-func (e *Engine) serve(w http.ResponseWriter, r *http.Request, scope func() string, next func(held http.ResponseWriter, r *http.Request)) int {
+// Handle runs the engine for one request of a framework adapter (ginidem, echoidem, or
+// one for another framework that can hand over an http.ResponseWriter and an
+// *http.Request); applications mount Middleware or an adapter instead. It reports
+// whether the engine handled the request:
+//
+//   - false: the request does not take part (its method is not in Config.Methods, or its
+//     key is optional and absent). Nothing was written and next did not run: the adapter
+//     runs the rest of its chain as usual, on w and r. (When Config.Key looks in the
+//     body, the engine has read it: r.Body is then a copy of what it read.)
+//   - true: the engine answered on w; the adapter stops its chain. Either the key was
+//     claimed and next(held, r2) ran the rest of the chain, and w got the recorded
+//     response (or a problem when it could not be recorded); or next did not run and w
+//     got a replay or a problem.
+//
+// scope is called once, only for a keyed request, so it may read what authentication
+// stored in the framework's context. next must write the handler's response into held,
+// which keeps it until the engine has recorded it (held refuses to flush or hijack:
+// wrap it in the framework's writer); r2's context carries the Operation and the store's
+// transaction. next must not keep held or r2 after it returns. A panic in next releases
+// the key and is re-raised, for the framework's recovery to answer. A request that
+// already runs under an operation (a second idem middleware on the route) gets a 500
+// problem of kind ProblemMisconfigured naming the route.
+//
+// Set r.Pattern to the framework's route pattern first (c.FullPath() in Gin, c.Path()
+// in Echo), as http.ServeMux does, so that Event.Route and log lines name the route.
+func (e *Engine) Handle(w http.ResponseWriter, r *http.Request, scope func() string, next func(held http.ResponseWriter, r *http.Request)) (handled bool) {
 	if !e.applies(r) {
-		return enginelink.Passed
+		return false
 	}
-	res, body := e.handle(w, r, scope, next)
+	handled, body := e.handle(w, r, scope, next)
 	if body != nil {
 		// Not deferred (a deferred call in handle, with its many returns, costs every
 		// request a defer record): after a panic the buffer is left to the collector.
 		putBody(body)
 	}
-	return res
+	return handled
 }
 
-// handle is serve for a request whose method takes part. It returns the body buffer it
-// read, if any, for serve to put back.
-func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() string, next func(held http.ResponseWriter, r *http.Request)) (res int, body *bytes.Buffer) {
+// handle is Handle for a request whose method takes part. It returns the body buffer it
+// read, if any, for Handle to put back.
+func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() string, next func(held http.ResponseWriter, r *http.Request)) (handled bool, body *bytes.Buffer) {
 	c := &call{start: e.now(), route: r.Pattern, Claim: storage.Claim{Method: r.Method, Path: storedPath(r)}}
 	if outer, ok := r.Context().Value(operationKey{}).(*Operation); ok {
 		e.nested(w, r, c, outer)
-		return enginelink.Answered, nil
+		return true, nil
 	}
 	if e.cfg.Key.readsBody() {
 		// The key is in the body: read it first, once and bounded, as the fingerprint would.
@@ -89,42 +102,42 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 		body, err = e.readBody(r)
 		if err != nil {
 			e.reject(w, r, c, e.bodyProblem(err))
-			return enginelink.Answered, body
+			return true, body
 		}
 	}
 	key, present, err := e.findKey(r, body)
 	if err != nil {
 		e.reject(w, r, c, e.newProblem(ProblemKeyInvalid, fmt.Sprintf("The %s is malformed: %v.", e.cfg.Key.what(e.cfg.HeaderName), unwrapDetail(err)), err))
-		return enginelink.Answered, body
+		return true, body
 	}
 	if !present {
 		if e.cfg.KeyOptional {
 			if body != nil { // the handler reads the body the engine read, in a copy of its own
 				r.Body = io.NopCloser(bytes.NewReader(bytes.Clone(body.Bytes())))
 			}
-			return enginelink.Passed, body
+			return false, body
 		}
 		e.reject(w, r, c, e.newProblem(ProblemKeyMissing, fmt.Sprintf("%s %s requires %s.", clip(r.Method), clip(c.Path), e.cfg.Key.where(e.cfg.HeaderName)), ErrKeyMissing))
-		return enginelink.Answered, body
+		return true, body
 	}
 	c.Key = key
 	sc := scope()
 	if err := checkScope(sc); err != nil {
 		e.badScope(w, r, c, sc, err)
-		return enginelink.Answered, body
+		return true, body
 	}
 
 	if body == nil {
 		body, err = e.readBody(r)
 		if err != nil {
 			e.reject(w, r, c, e.bodyProblem(err))
-			return enginelink.Answered, body
+			return true, body
 		}
 	}
 	fp, err := e.cfg.Fingerprint(r, body.Bytes())
 	if err != nil {
 		e.reject(w, r, c, e.newProblem(ProblemBodyUnreadable, "The request could not be fingerprinted.", err))
-		return enginelink.Answered, body
+		return true, body
 	}
 
 	c.Claim = storage.Claim{Scope: sc, Key: key, Fingerprint: fp, Method: r.Method, Path: c.Path,
@@ -133,13 +146,13 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 	switch {
 	case err != nil:
 		e.storeFailed(w, r, c, err)
-		return enginelink.Answered, body
+		return true, body
 	case rec != nil:
 		e.answer(w, r, c, rec)
-		return enginelink.Answered, body
+		return true, body
 	default:
 		e.execute(w, r, c, lock, body.Bytes(), next)
-		return enginelink.Ran, body
+		return true, body
 	}
 }
 
@@ -271,7 +284,7 @@ func (e *Engine) answer(w http.ResponseWriter, r *http.Request, c *call, rec *st
 	case v == storage.VerdictReplay && rec.Response != nil:
 		e.replayResponse(w, r, c, rec.Response)
 	default:
-		e.inProgress(w, r, c, ErrInProgress)
+		e.inProgress(w, r, c, storage.ErrInProgress)
 	}
 }
 
@@ -329,7 +342,7 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c *call, lock s
 	// Release itself (Claim.Timeout), so no timer is paid here on stores that never block.
 	rctx := context.WithoutCancel(r.Context())
 	if err := interrupted(r.Context(), op); err != nil {
-		if errors.Is(err, ErrLeaseLost) {
+		if errors.Is(err, storage.ErrLeaseLost) {
 			e.inProgress(w, r, c, withRelease(err, e.release(rctx, c, lock)))
 			return
 		}
@@ -354,7 +367,7 @@ func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c *call, lock s
 	err := e.complete(rctx, c, lock, resp)
 	putResponse(resp)
 	if err != nil {
-		if errors.Is(err, ErrLeaseLost) {
+		if errors.Is(err, storage.ErrLeaseLost) {
 			e.inProgress(w, r, c, err)
 			return
 		}
@@ -409,7 +422,7 @@ func (e *Engine) guard(ctx context.Context, c *call, lock storage.Lock, op *Oper
 }
 
 // interrupted reports why an operation whose work has returned must not be recorded: a
-// phase found its lease taken over (an error wrapping ErrLeaseLost), or ctx was cancelled
+// phase found its lease taken over (an error wrapping storage.ErrLeaseLost), or ctx was cancelled
 // (its cause). nil means record it.
 func interrupted(ctx context.Context, op *Operation) error {
 	switch {
@@ -423,7 +436,7 @@ func interrupted(ctx context.Context, op *Operation) error {
 
 // complete records resp as c's outcome. When that fails it releases the key, so a retry
 // runs again (in atomic mode nothing committed), and returns the store's error, which
-// wraps ErrLeaseLost when another worker took the key over (and a failed release's).
+// wraps storage.ErrLeaseLost when another worker took the key over (and a failed release's).
 func (e *Engine) complete(ctx context.Context, c *call, lock storage.Lock, resp *storage.Response) error {
 	began := c.since()
 	err := lock.Complete(ctx, resp)
@@ -435,12 +448,12 @@ func (e *Engine) complete(ctx context.Context, c *call, lock storage.Lock, resp 
 }
 
 // twinRecord reads back the key's record after a completion failed with err because a
-// twin recorded the key first (ErrRecordedFirst): everything of this request rolled back,
+// twin recorded the key first (storage.ErrRecordedFirst): everything of this request rolled back,
 // so the twin's outcome is the answer. Claiming again finds the record; nil when err is
 // another failure, or when the record cannot be read (then a claim that got the key
 // instead, the twin's record being gone, gives it up at once).
 func (e *Engine) twinRecord(ctx context.Context, c *call, err error) *storage.Record {
-	if !errors.Is(err, ErrRecordedFirst) {
+	if !errors.Is(err, storage.ErrRecordedFirst) {
 		return nil
 	}
 	e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "idem: a twin recorded the key first; this request rolled back and answers with the twin's outcome", e.attrs(c, err)...)
@@ -546,9 +559,9 @@ func writeBuffer(w http.ResponseWriter, buf *buffer) {
 
 func (e *Engine) storeFailed(w http.ResponseWriter, r *http.Request, c *call, err error) {
 	switch {
-	case errors.Is(err, ErrInProgress):
+	case errors.Is(err, storage.ErrInProgress):
 		e.inProgress(w, r, c, err)
-	case errors.Is(err, ErrTransient):
+	case errors.Is(err, storage.ErrTransient):
 		e.cfg.Logger.LogAttrs(r.Context(), slog.LevelInfo, "idem: collided with a twin and rolled back; answering 503", e.attrs(c, err)...)
 		e.problem(w, r, c, OutcomeConflict, e.newProblem(ProblemCollision,
 			"The request collided with another one and was rolled back; retry with the same key.", err))

@@ -415,8 +415,8 @@ func TestStoreFailureFailsClosed(t *testing.T) {
 		typ    core.ProblemKind
 	}{
 		"unreachable": {errors.New("dial tcp: connection refused"), 503, core.ProblemStoreUnavailable},
-		"lock wait":   {fmt.Errorf("pg: %w", core.ErrInProgress), 409, core.ProblemInProgress},
-		"deadlock":    {fmt.Errorf("pg: %w", core.ErrTransient), 503, core.ProblemCollision},
+		"lock wait":   {fmt.Errorf("pg: %w", storage.ErrInProgress), 409, core.ProblemInProgress},
+		"deadlock":    {fmt.Errorf("pg: %w", storage.ErrTransient), 503, core.ProblemCollision},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -445,7 +445,7 @@ func TestFailedCompleteNeverAnswersTheHandlersStatus(t *testing.T) {
 	if fs.released.Load() != 1 {
 		t.Fatalf("released %d times, want 1", fs.released.Load())
 	}
-	fs.completeErr = fmt.Errorf("fenced: %w", core.ErrLeaseLost)
+	fs.completeErr = fmt.Errorf("fenced: %w", storage.ErrLeaseLost)
 	assertProblem(t, hs.do("POST", "k2", orderJSON), 409, core.ProblemInProgress)
 }
 
@@ -586,7 +586,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 			t.Errorf("%s: err = %v, want ErrInvalidConfig naming %s", field, err, field)
 		}
 	}
-	if _, err := core.New(core.Config{Store: memstore.New(), Mode: core.ModeAtomic}); !errors.Is(err, core.ErrUnsupportedMode) {
-		t.Errorf("atomic on memstore: %v, want ErrUnsupportedMode", err)
+	if _, err := core.New(core.Config{Store: memstore.New(), Mode: core.ModeAtomic}); !errors.Is(err, storage.ErrUnsupportedMode) {
+		t.Errorf("atomic on memstore: %v, want storage.ErrUnsupportedMode", err)
 	}
 }

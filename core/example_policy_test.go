@@ -10,14 +10,14 @@ import (
 	"github.com/idemkit/idem/core/memstore"
 )
 
-// The policy of a route, read from its configuration and store: as data, as JSON and as
-// the endpoint's written record in Markdown.
-func ExampleConfig_Policy() {
-	cfg := core.Config{Store: memstore.New()} // the Config given to ginidem, echoidem or Middleware
-	p, err := cfg.Policy()
+// The policy of the routes an engine guards, read from its configuration and store: as
+// data, as JSON and as the endpoint's written record in Markdown.
+func ExampleEngine_Policy() {
+	eng, err := core.New(core.Config{Store: memstore.New()}) // the engine given to ginidem, echoidem or Middleware
 	if err != nil {
 		log.Fatal(err)
 	}
+	p := eng.Policy()
 	p.Scope = "the account named by the X-Account-ID header" // the engine cannot know it
 
 	fmt.Println(p.Key.In, p.Key.Name, p.Key.Required, p.Key.MinLength, p.Key.MaxLength, p.Retention, p.Mode)

@@ -41,18 +41,6 @@ func ExampleEngine_Middleware() {
 	// 201 /orders/42 {"id":42} replayed: true
 }
 
-// ParseKey accepts a bare key or an RFC 8941 sf-string naming the same key.
-func ExampleParseKey() {
-	for _, v := range []string{`abc-123`, `"abc-123"`, `a,b`} {
-		key, _, err := core.ParseKey([]string{v}, 1)
-		fmt.Printf("%q %v\n", key, err)
-	}
-	// Output:
-	// "abc-123" <nil>
-	// "abc-123" <nil>
-	// "" idem: invalid idempotency key: a bare key may not contain a space or a comma (quote it)
-}
-
 // Phases of an operation that calls the outside world; a retry after a crash resumes
 // after the last committed phase.
 func ExampleOperation_Phase() {
@@ -61,7 +49,7 @@ func ExampleOperation_Phase() {
 		log.Fatal(err)
 	}
 	handler := eng.Middleware(func(*http.Request) string { return "account-1" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		op := core.OperationFrom(r.Context())
+		op := core.MustOperation(r.Context())
 		err := op.Phase(r.Context(), "charge_created", func(ctx context.Context) error {
 			fmt.Println("charging with provider key", op.DerivedKey("charge"))
 			return nil

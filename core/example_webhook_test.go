@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // A GitHub webhook receiver: GitHub names every delivery in X-GitHub-Delivery and sends
@@ -56,7 +57,7 @@ func ExampleKeyFromJSON() {
 		panic(err)
 	}
 	handler := eng.Middleware(func(*http.Request) string { return "stripe" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "handled %s", core.OperationFrom(r.Context()).Key())
+		fmt.Fprintf(w, "handled %s", core.MustOperation(r.Context()).Key())
 	}))
 
 	for _, body := range []string{
@@ -76,20 +77,20 @@ func ExampleKeyFromJSON() {
 
 // A queue consumer applies each message once by its ID: the redelivered message gets
 // the recorded result and the function does not run again. With pgxstore or gormstore,
-// fn's writes through pgxstore.Tx(ctx) or gormstore.DB(ctx) commit with the record.
+// fn's writes through pgxstore.MustTx(ctx) or gormstore.MustDB(ctx) commit with the record.
 func ExampleEngine_Do() {
 	eng, err := core.New(core.Config{Store: memstore.New()})
 	if err != nil {
 		panic(err)
 	}
 	apply := func(ctx context.Context) ([]byte, error) {
-		fmt.Println("applying", core.OperationFrom(ctx).Key())
+		fmt.Println("applying", core.MustOperation(ctx).Key())
 		return []byte(`{"order":42}`), nil
 	}
 	for range 2 { // a delivery and its redelivery
 		result, replayed, err := eng.Do(context.Background(), "orders", "msg-7", []byte(`{"item":"book"}`), apply)
 		switch {
-		case errors.Is(err, core.ErrInProgress):
+		case errors.Is(err, storage.ErrInProgress):
 			fmt.Println("in flight elsewhere: redeliver later")
 		case err != nil:
 			fmt.Println("failed, redeliver:", err)

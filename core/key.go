@@ -11,7 +11,7 @@ import (
 // MaxKeyLength is the longest key accepted, in characters after unquoting.
 const MaxKeyLength = 255
 
-// ParseKey parses the values of the Idempotency-Key header fields of one request, as
+// parseKey parses the values of the Idempotency-Key header fields of one request, as
 // http.Header.Values returns them. It reports ok=false when there is no field at all.
 //
 // The grammar (docs/problems.md, "key-invalid"): surrounding spaces and tabs are trimmed; a
@@ -20,7 +20,7 @@ const MaxKeyLength = 255
 // may not contain a space or a comma (HTTP joins repeated fields with commas, so such a
 // value is ambiguous). After unquoting the key is minLen–255 characters of printable ASCII
 // (0x20–0x7E). More than one field is ambiguous too. Every rejection wraps ErrInvalidKey.
-func ParseKey(values []string, minLen int) (key string, ok bool, err error) {
+func parseKey(values []string, minLen int) (key string, ok bool, err error) {
 	switch len(values) {
 	case 0:
 		return "", false, nil
@@ -34,7 +34,7 @@ func ParseKey(values []string, minLen int) (key string, ok bool, err error) {
 	return parseKeyValue(values[0], minLen)
 }
 
-// parseKeyValue is ParseKey's general path, for the value of the one field.
+// parseKeyValue is parseKey's general path, for the value of the one field.
 func parseKeyValue(value string, minLen int) (key string, ok bool, err error) {
 	v := strings.Trim(value, " \t")
 	if strings.HasPrefix(v, `"`) {

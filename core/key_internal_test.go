@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// TestParseKeyFastPathAgrees checks ParseKey's fast path for bare keys against the general
+// TestParseKeyFastPathAgrees checks parseKey's fast path for bare keys against the general
 // path on keys at and around every boundary the general path checks: every byte value,
 // surrounding and inner white space, commas, quotes, lengths 0, 1, 255 and 256, and
 // minimum lengths.
@@ -21,10 +21,10 @@ func TestParseKeyFastPathAgrees(t *testing.T) {
 		"8e03978e-40d5-43e8-bc93-000000000001", "~", "!")
 	for _, v := range values {
 		for _, minLen := range []int{0, 1, 2, 5, 36, 255, 256} {
-			gotKey, gotOK, gotErr := ParseKey([]string{v}, minLen)
+			gotKey, gotOK, gotErr := parseKey([]string{v}, minLen)
 			wantKey, wantOK, wantErr := parseKeyValue(v, minLen)
 			if gotKey != wantKey || gotOK != wantOK || (gotErr == nil) != (wantErr == nil) {
-				t.Errorf("ParseKey(%q, %d) = %q, %v, %v; the general path gives %q, %v, %v", v, minLen, gotKey, gotOK, gotErr, wantKey, wantOK, wantErr)
+				t.Errorf("parseKey(%q, %d) = %q, %v, %v; the general path gives %q, %v, %v", v, minLen, gotKey, gotOK, gotErr, wantKey, wantOK, wantErr)
 			}
 		}
 	}

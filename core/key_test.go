@@ -1,11 +1,9 @@
-package core_test
+package core
 
 import (
 	"errors"
 	"strings"
 	"testing"
-
-	"github.com/idemkit/idem/core"
 )
 
 func TestParseKey(t *testing.T) {
@@ -46,12 +44,12 @@ func TestParseKey(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, present, err := core.ParseKey(tt.values, 1)
+			got, present, err := parseKey(tt.values, 1)
 			if present != tt.present {
 				t.Fatalf("present = %v, want %v", present, tt.present)
 			}
 			if tt.wantErr {
-				if !errors.Is(err, core.ErrInvalidKey) {
+				if !errors.Is(err, ErrInvalidKey) {
 					t.Fatalf("err = %v, want ErrInvalidKey", err)
 				}
 				return
@@ -65,10 +63,10 @@ func TestParseKey(t *testing.T) {
 
 func TestParseKeyMinLength(t *testing.T) {
 	t.Parallel()
-	if _, _, err := core.ParseKey([]string{"short"}, 16); !errors.Is(err, core.ErrInvalidKey) {
+	if _, _, err := parseKey([]string{"short"}, 16); !errors.Is(err, ErrInvalidKey) {
 		t.Fatalf("5-character key with MinKeyLength 16: err = %v, want ErrInvalidKey", err)
 	}
-	if k, _, err := core.ParseKey([]string{"0123456789abcdef"}, 16); err != nil || k != "0123456789abcdef" {
+	if k, _, err := parseKey([]string{"0123456789abcdef"}, 16); err != nil || k != "0123456789abcdef" {
 		t.Fatalf("16-character key: %q, %v", k, err)
 	}
 }
@@ -80,17 +78,17 @@ func FuzzParseKey(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		key, present, err := core.ParseKey([]string{v}, 1)
+		key, present, err := parseKey([]string{v}, 1)
 		if !present {
 			t.Fatal("one field must be present")
 		}
 		if err != nil {
-			if !errors.Is(err, core.ErrInvalidKey) {
+			if !errors.Is(err, ErrInvalidKey) {
 				t.Fatalf("error %v does not wrap ErrInvalidKey", err)
 			}
 			return
 		}
-		if len(key) < 1 || len(key) > core.MaxKeyLength {
+		if len(key) < 1 || len(key) > MaxKeyLength {
 			t.Fatalf("accepted key of length %d", len(key))
 		}
 		for i := 0; i < len(key); i++ {
@@ -99,7 +97,7 @@ func FuzzParseKey(f *testing.F) {
 			}
 		}
 		quoted := `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(key) + `"`
-		again, _, err := core.ParseKey([]string{quoted}, 1)
+		again, _, err := parseKey([]string{quoted}, 1)
 		if err != nil || again != key {
 			t.Fatalf("sf-string form %s of accepted key %q parses as %q, %v", quoted, key, again, err)
 		}

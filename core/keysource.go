@@ -13,7 +13,7 @@ import (
 )
 
 // KeySource says where the engine finds a request's idempotency key (Config.Key). The
-// zero value is the Config.HeaderName header (Idempotency-Key by default) with ParseKey's
+// zero value is the Config.HeaderName header (Idempotency-Key by default) with parseKey's
 // grammar. A webhook receiver, whose provider sends no Idempotency-Key but names every
 // delivery and re-sends it until it gets a 2xx, takes the key from the delivery instead:
 //
@@ -33,13 +33,13 @@ type KeySource struct {
 	name   string   // the header name as the caller spelled it, for problem details
 	path   []string // JSON member names, for keyJSON
 	fn     KeyFunc  // for keyFunc
-	err    error    // a construction error, reported by Config.Validate
+	err    error    // a construction error, reported by New
 }
 
 type keyKind uint8
 
 const (
-	keyIdempotencyHeader keyKind = iota // the zero KeySource: Config.HeaderName, ParseKey
+	keyIdempotencyHeader keyKind = iota // the zero KeySource: Config.HeaderName, parseKey
 	keyHeader                           // KeyFromHeader
 	keyJSON                             // KeyFromJSON
 	keyFunc                             // KeyFromFunc
@@ -97,7 +97,7 @@ func (ks *KeySource) readsBody() bool { return ks.kind == keyJSON || ks.kind == 
 func (ks *KeySource) find(r *http.Request, body []byte, header string, minLen int) (key string, present bool, err error) {
 	switch ks.kind {
 	case keyIdempotencyHeader:
-		return ParseKey(r.Header[header], minLen)
+		return parseKey(r.Header[header], minLen)
 	case keyHeader:
 		vs := r.Header[ks.header]
 		switch len(vs) {

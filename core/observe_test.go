@@ -187,9 +187,9 @@ func TestEachOutcomeIsOneEventAndOneLogLine(t *testing.T) {
 		{name: "rejected", key: "a b", events: []want{{core.OutcomeRejected, 400}}},
 		{name: "mismatch", prime: `{"item":"pen"}`, events: []want{{core.OutcomeMismatch, 422}},
 			line: &line{slog.LevelWarn, "key reused", "key reused"}},
-		{name: "in progress", store: &scriptedStore{claimErr: fmt.Errorf("pg: %w", core.ErrInProgress)},
+		{name: "in progress", store: &scriptedStore{claimErr: fmt.Errorf("pg: %w", storage.ErrInProgress)},
 			events: []want{{core.OutcomeConflict, 409}}, line: &line{slog.LevelInfo, "in progress", "in progress"}},
-		{name: "collision", store: &scriptedStore{claimErr: fmt.Errorf("pg: %w", core.ErrTransient)},
+		{name: "collision", store: &scriptedStore{claimErr: fmt.Errorf("pg: %w", storage.ErrTransient)},
 			events: []want{{core.OutcomeConflict, 503}}, line: &line{slog.LevelInfo, "collided", "pg"}},
 		{name: "store failure", store: &scriptedStore{claimErr: boom},
 			events: []want{{core.OutcomeStoreError, 503}}, line: &line{slog.LevelError, "store failed", "boom"}},
@@ -197,7 +197,7 @@ func TestEachOutcomeIsOneEventAndOneLogLine(t *testing.T) {
 			events: []want{{core.OutcomeClaimed, 0}, {core.OutcomeStoreError, 503}}, line: &line{slog.LevelError, "recording the response failed", "boom"}},
 		{name: "recording failed and release failed", store: &scriptedStore{completeErr: boom, releaseErr: errors.New("conn closed")},
 			events: []want{{core.OutcomeClaimed, 0}, {core.OutcomeStoreError, 503}}, line: &line{slog.LevelError, "recording the response failed", "conn closed"}},
-		{name: "lease lost", store: &scriptedStore{completeErr: fmt.Errorf("fenced: %w", core.ErrLeaseLost)},
+		{name: "lease lost", store: &scriptedStore{completeErr: fmt.Errorf("fenced: %w", storage.ErrLeaseLost)},
 			events: []want{{core.OutcomeClaimed, 0}, {core.OutcomeConflict, 409}}, line: &line{slog.LevelInfo, "in progress", "lease"}},
 		{name: "released after a 5xx", handler: func(w http.ResponseWriter, _ *http.Request, _ func()) { w.WriteHeader(http.StatusBadGateway) },
 			events: []want{{core.OutcomeClaimed, 0}, {core.OutcomeRolledBack, 502}}, line: &line{slog.LevelDebug, "released the key", "status 502 is not storable"}},
@@ -297,7 +297,7 @@ func TestTakeoverLineNamesTheRecoveryPoint(t *testing.T) {
 // resumeCharged is a handler resuming after the phase "charged" that scriptedStore's
 // takeover reports: it calls that phase (skipped) and answers 201.
 func resumeCharged(w http.ResponseWriter, r *http.Request, _ func()) {
-	if err := core.OperationFrom(r.Context()).Phase(r.Context(), "charged", nil); err != nil {
+	if err := core.MustOperation(r.Context()).Phase(r.Context(), "charged", nil); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}

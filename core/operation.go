@@ -16,7 +16,7 @@ import (
 type operationKey struct{}
 
 // Operation is the idempotent operation a keyed request (or an Engine.Do) runs, as its
-// handler sees it. Get it with OperationFrom. It is used by the request's goroutine only.
+// handler sees it. Get it with MustOperation. It is used by the request's goroutine only.
 type Operation struct {
 	key      string
 	scope    string
@@ -102,10 +102,10 @@ func (rn *run) Read(p []byte) (int, error) { return rn.body.Read(p) }
 // Close does nothing: the server closes the original body.
 func (rn *run) Close() error { return nil }
 
-// OperationFrom returns the operation of a keyed request. It panics with an error wrapping
+// MustOperation returns the operation of a keyed request. It panics with an error wrapping
 // ErrNoOperation when ctx has none: use it in handlers behind the middleware on keyed
 // routes, and OperationFromContext where the key is optional.
-func OperationFrom(ctx context.Context) *Operation {
+func MustOperation(ctx context.Context) *Operation {
 	op, ok := OperationFromContext(ctx)
 	if !ok {
 		panic(fmt.Errorf("%w: is the route behind the idem middleware, with a key?", ErrNoOperation))
@@ -154,15 +154,15 @@ func (o *Operation) ScopedDerivedKey(suffix string) string {
 // transaction, in either mode.
 //
 // In phased mode fn runs in a transaction of its own (the store's getter, such as
-// pgxstore.Tx or gormstore.DB, returns it from the ctx fn receives) that commits together
+// pgxstore.MustTx or gormstore.MustDB, returns it from the ctx fn receives) that commits together
 // with the new recovery point, fenced by the lease: if another worker took the key over,
-// nothing commits and Phase returns an error wrapping ErrLeaseLost (return it; the engine
+// nothing commits and Phase returns an error wrapping storage.ErrLeaseLost (return it; the engine
 // answers 409). While the handler runs, its phases included, the engine renews the lease
 // every Config.Lease/3, so a slow phase keeps the key; a renewal that finds the lease
-// taken over makes the next phase commit nothing and return ErrLeaseLost. Phases come
+// taken over makes the next phase commit nothing and return storage.ErrLeaseLost. Phases come
 // before the handler's final writes: once the handler has opened the request's final
 // transaction (the getter called outside a phase), Phase returns an error wrapping
-// ErrFinalTxOpen and fn does not run.
+// storage.ErrFinalTxOpen and fn does not run.
 //
 // A phase that committed in an earlier attempt is skipped when the operation resumes,
 // together with every phase before it, so handlers must call their phases in the same
@@ -198,7 +198,7 @@ func (o *Operation) Phase(ctx context.Context, name string, fn func(ctx context.
 		}
 	}
 	if err := o.lock.Phase(ctx, name, run); err != nil {
-		if errors.Is(err, ErrLeaseLost) {
+		if errors.Is(err, storage.ErrLeaseLost) {
 			o.leaseErr = err
 		}
 		return fmt.Errorf("idem: phase %q: %w", name, err)

@@ -25,7 +25,7 @@ func TestPhasedResumeSkipsCommittedPhases(t *testing.T) {
 	var mu sync.Mutex
 	var seen []string
 	hs := newHarness(t, core.Config{Mode: core.ModePhased}, func(w http.ResponseWriter, r *http.Request) {
-		op := core.OperationFrom(r.Context())
+		op := core.MustOperation(r.Context())
 		mu.Lock()
 		seen = append(seen, op.RecoveryPoint())
 		mu.Unlock()
@@ -84,7 +84,7 @@ func TestStaleWorkerLosesLease(t *testing.T) {
 	}
 	var calls atomic.Int64
 	h := eng.Middleware(func(*http.Request) string { return "s" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		op := core.OperationFrom(r.Context())
+		op := core.MustOperation(r.Context())
 		if calls.Add(1) == 1 {
 			entered <- struct{}{}
 			<-proceed // the lease runs out while this worker stalls
@@ -115,8 +115,8 @@ func TestStaleWorkerLosesLease(t *testing.T) {
 	if w.Code != http.StatusConflict {
 		t.Fatalf("stale worker answered %d, want 409", w.Code)
 	}
-	if err, _ := phaseErr.Load().(error); !errors.Is(err, core.ErrLeaseLost) {
-		t.Fatalf("stale phase error %v, want ErrLeaseLost", err)
+	if err, _ := phaseErr.Load().(error); !errors.Is(err, storage.ErrLeaseLost) {
+		t.Fatalf("stale phase error %v, want storage.ErrLeaseLost", err)
 	}
 	if w := req(); w.Code != 201 || w.Header().Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("after both: %d, want the replay", w.Code)
@@ -130,8 +130,8 @@ func TestOperationFromWithoutOperation(t *testing.T) {
 	}
 	defer func() {
 		if err, _ := recover().(error); !errors.Is(err, core.ErrNoOperation) {
-			t.Fatalf("OperationFrom panicked with %v, want an error wrapping ErrNoOperation", err)
+			t.Fatalf("MustOperation panicked with %v, want an error wrapping ErrNoOperation", err)
 		}
 	}()
-	core.OperationFrom(context.Background())
+	core.MustOperation(context.Background())
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/policy"
 )
 
 // atomicStore is a memstore that claims to share a transaction, so that New accepts
@@ -21,18 +22,18 @@ type atomicStore struct{ *memstore.Store }
 
 func (atomicStore) SupportsAtomic() bool { return true }
 
-func policy(t *testing.T, cfg core.Config) core.Policy {
+func policyOf(t *testing.T, cfg core.Config) policy.Policy {
 	t.Helper()
 	if cfg.Store == nil {
 		cfg.Store = memstore.New()
 	}
-	p, err := cfg.Policy()
+	eng, err := core.New(cfg)
 	require.NoError(t, err)
-	return p
+	return eng.Policy()
 }
 
 // answer returns the policy's answer called name.
-func answer(t *testing.T, p core.Policy, name string) core.Answer {
+func answer(t *testing.T, p policy.Policy, name string) policy.Answer {
 	t.Helper()
 	for _, a := range p.Answers {
 		if a.Name == name {
@@ -40,25 +41,25 @@ func answer(t *testing.T, p core.Policy, name string) core.Answer {
 		}
 	}
 	t.Fatalf("no answer %q in %+v", name, p.Answers)
-	return core.Answer{}
+	return policy.Answer{}
 }
 
 func TestPolicyOfTheDefaults(t *testing.T) {
-	p := policy(t, core.Config{Store: memstore.New(memstore.WithRetention(2 * time.Hour))})
-	assert.Equal(t, core.KeyPolicy{In: "header", Name: "Idempotency-Key", Required: true, MinLength: 1, MaxLength: 255, Format: p.Key.Format}, p.Key)
+	p := policyOf(t, core.Config{Store: memstore.New(memstore.WithRetention(2 * time.Hour))})
+	assert.Equal(t, policy.Key{In: "header", Name: "Idempotency-Key", Required: true, MinLength: 1, MaxLength: 255, Format: p.Key.Format}, p.Key)
 	assert.Contains(t, p.Key.Format, "RFC 8941")
 	assert.Equal(t, []string{"POST", "PATCH"}, p.Methods)
 	assert.Equal(t, 2*time.Hour, p.Retention, "the store's retention")
 	assert.Equal(t, core.ModePhased, p.Mode, "memstore runs phased")
-	assert.Equal(t, core.DefaultLease, p.Lease)
+	assert.Equal(t, 60*time.Second, p.Lease)
 	assert.Zero(t, p.Wait, "LeaseWait defaults to 0")
 	assert.Equal(t, time.Second, p.RetryAfter)
 	assert.Equal(t, []string{"method", "path", "query", "body"}, p.Fingerprint.Covers)
 	assert.False(t, p.Fingerprint.Custom)
-	assert.Equal(t, core.Statuses("2xx, 3xx, 4xx (except 408, 409, 425, 429)"), p.Stored)
+	assert.Equal(t, policy.Statuses("2xx, 3xx, 4xx (except 408, 409, 425, 429)"), p.Stored)
 	assert.Equal(t, core.DefaultReplayHeaders(), p.ReplayHeaders)
-	assert.Equal(t, int64(core.DefaultMaxRequestBody), p.MaxRequestBody)
-	assert.Equal(t, int64(core.DefaultMaxResponseBody), p.MaxResponseBody)
+	assert.Equal(t, int64(1<<20), p.MaxRequestBody)
+	assert.Equal(t, int64(1<<20), p.MaxResponseBody)
 	assert.Equal(t, "<key>:<suffix>", p.DerivedKey)
 	assert.Contains(t, p.Scope, "scope function")
 
@@ -69,7 +70,7 @@ func TestPolicyOfTheDefaults(t *testing.T) {
 // Every problem kind is an answer, with the status, title and type the engine sends,
 // and Retry-After where the engine sends it.
 func TestPolicyAnswersWithEveryProblemKind(t *testing.T) {
-	p := policy(t, core.Config{ProblemBase: "https://api.example.com/errors#"})
+	p := policyOf(t, core.Config{ProblemBase: "https://api.example.com/errors#"})
 	kinds := []core.ProblemKind{core.ProblemKeyMissing, core.ProblemKeyInvalid, core.ProblemKeyReused, core.ProblemInProgress,
 		core.ProblemBodyTooLarge, core.ProblemBodyUnreadable, core.ProblemStoreUnavailable, core.ProblemCollision,
 		core.ProblemNotRecorded, core.ProblemMisconfigured}
@@ -79,10 +80,11 @@ func TestPolicyAnswersWithEveryProblemKind(t *testing.T) {
 			assert.Zero(t, a.Status, "%s: the handler's status", a.Name)
 			continue
 		}
-		seen[a.Problem]++
-		assert.Equal(t, string(a.Problem), a.Name)
-		assert.Equal(t, a.Problem.Status(), a.Status, a.Name)
-		assert.Equal(t, a.Problem.Title(), a.Title, a.Name)
+		kind := core.ProblemKind(a.Problem)
+		seen[kind]++
+		assert.Equal(t, a.Problem, a.Name)
+		assert.Equal(t, kind.Status(), a.Status, a.Name)
+		assert.Equal(t, kind.Title(), a.Title, a.Name)
 		assert.Equal(t, "https://api.example.com/errors#"+string(a.Problem), a.Type, a.Name)
 		assert.NotEmpty(t, a.Case, a.Name)
 	}
@@ -99,20 +101,20 @@ func TestPolicyAnswersWithEveryProblemKind(t *testing.T) {
 
 func TestPolicyFollowsTheConfig(t *testing.T) {
 	t.Run("atomic", func(t *testing.T) {
-		p := policy(t, core.Config{Store: atomicStore{memstore.New()}, LockWait: 3 * time.Second})
+		p := policyOf(t, core.Config{Store: atomicStore{memstore.New()}, LockWait: 3 * time.Second})
 		assert.Equal(t, core.ModeAtomic, p.Mode)
 		assert.Zero(t, p.Lease, "no lease in atomic mode")
 		assert.Equal(t, 3*time.Second, p.Wait, "the lock wait")
 		assert.Contains(t, answer(t, p, "in-progress").Case, "waits up to 3s")
 	})
 	t.Run("lease wait", func(t *testing.T) {
-		p := policy(t, core.Config{LeaseWait: 5 * time.Second, Lease: 90 * time.Second})
+		p := policyOf(t, core.Config{LeaseWait: 5 * time.Second, Lease: 90 * time.Second})
 		assert.Equal(t, 5*time.Second, p.Wait)
 		assert.Equal(t, 90*time.Second, p.Lease)
 		assert.Contains(t, answer(t, p, "in-progress").Case, "within 5s")
 	})
 	t.Run("optional key", func(t *testing.T) {
-		p := policy(t, core.Config{KeyOptional: true, MinKeyLength: 16, Methods: []string{"POST", "PUT"}})
+		p := policyOf(t, core.Config{KeyOptional: true, MinKeyLength: 16, Methods: []string{"POST", "PUT"}})
 		assert.False(t, p.Key.Required)
 		assert.Equal(t, 16, p.Key.MinLength)
 		assert.Equal(t, []string{"POST", "PUT"}, p.Methods)
@@ -121,47 +123,43 @@ func TestPolicyFollowsTheConfig(t *testing.T) {
 		}
 	})
 	t.Run("header name", func(t *testing.T) {
-		p := policy(t, core.Config{HeaderName: "X-Request-Key"})
+		p := policyOf(t, core.Config{HeaderName: "X-Request-Key"})
 		assert.Equal(t, "X-Request-Key", p.Key.Name)
 		assert.Contains(t, answer(t, p, "key-missing").Case, "without an X-Request-Key header")
 	})
 	t.Run("delivery header", func(t *testing.T) {
-		p := policy(t, core.Config{Key: core.KeyFromHeader("X-GitHub-Delivery")})
+		p := policyOf(t, core.Config{Key: core.KeyFromHeader("X-GitHub-Delivery")})
 		assert.Equal(t, "header", p.Key.In)
 		assert.Equal(t, "X-GitHub-Delivery", p.Key.Name)
 		assert.NotContains(t, p.Key.Format, "RFC 8941", "a delivery header is not an sf-string")
 	})
 	t.Run("JSON member", func(t *testing.T) {
-		p := policy(t, core.Config{Key: core.KeyFromJSON("data", "id")})
+		p := policyOf(t, core.Config{Key: core.KeyFromJSON("data", "id")})
 		assert.Equal(t, "body", p.Key.In)
 		assert.Equal(t, "data.id", p.Key.Name)
 		assert.Contains(t, answer(t, p, "key-missing").Case, `member "data.id"`)
 	})
 	t.Run("key function", func(t *testing.T) {
-		p := policy(t, core.Config{Key: core.KeyFromFunc(func(*http.Request, []byte) (string, bool, error) { return "", false, nil })})
+		p := policyOf(t, core.Config{Key: core.KeyFromFunc(func(*http.Request, []byte) (string, bool, error) { return "", false, nil })})
 		assert.Equal(t, "custom", p.Key.In)
 		assert.Empty(t, p.Key.Name)
 	})
 	t.Run("fingerprint of the application's own", func(t *testing.T) {
 		for _, f := range []core.FingerprintFunc{core.FingerprintWithHeaders("X-Tenant"), func(r *http.Request, body []byte) ([]byte, error) { return core.Fingerprint(r, body) }} {
-			p := policy(t, core.Config{Fingerprint: f})
+			p := policyOf(t, core.Config{Fingerprint: f})
 			assert.True(t, p.Fingerprint.Custom)
 			assert.Empty(t, p.Fingerprint.Covers)
 		}
 	})
 	t.Run("stored statuses and headers", func(t *testing.T) {
-		p := policy(t, core.Config{Storable: func(s int) bool { return s >= 200 && s < 300 }, ReplayHeaders: []string{"Location", "X-Order-Id"}})
-		assert.Equal(t, core.Statuses("2xx"), p.Stored)
+		p := policyOf(t, core.Config{Storable: func(s int) bool { return s >= 200 && s < 300 }, ReplayHeaders: []string{"Location", "X-Order-Id"}})
+		assert.Equal(t, policy.Statuses("2xx"), p.Stored)
 		assert.Equal(t, []string{"Location", "X-Order-Id"}, p.ReplayHeaders)
 		assert.Contains(t, answer(t, p, "not-stored").Case, "1xx, 3xx, 4xx, 5xx")
 	})
 	t.Run("retry after as sent", func(t *testing.T) {
-		p := policy(t, core.Config{RetryAfter: 1500 * time.Millisecond})
+		p := policyOf(t, core.Config{RetryAfter: 1500 * time.Millisecond})
 		assert.Equal(t, 2*time.Second, p.RetryAfter, "Retry-After is whole seconds, rounded up")
-	})
-	t.Run("invalid config", func(t *testing.T) {
-		_, err := core.Config{}.Policy()
-		assert.ErrorIs(t, err, core.ErrInvalidConfig)
 	})
 }
 
@@ -212,7 +210,7 @@ func TestPolicyIsWhatTheEngineAnswers(t *testing.T) {
 }
 
 func TestPolicyJSONRoundTrips(t *testing.T) {
-	p := policy(t, core.Config{Store: memstore.New(memstore.WithRetention(36 * time.Hour)), LeaseWait: 250 * time.Millisecond})
+	p := policyOf(t, core.Config{Store: memstore.New(memstore.WithRetention(36 * time.Hour)), LeaseWait: 250 * time.Millisecond})
 	p.Scope, p.Downstream, p.Tests = "the account", []string{"provider: <key>:charge"}, []string{"idemtest.Check"}
 	b, err := json.Marshal(p)
 	require.NoError(t, err)
@@ -224,13 +222,13 @@ func TestPolicyJSONRoundTrips(t *testing.T) {
 	assert.Equal(t, float64(60), m["lease_seconds"])
 	assert.Equal(t, "2xx, 3xx, 4xx (except 408, 409, 425, 429)", m["stored_statuses"])
 
-	var back core.Policy
+	var back policy.Policy
 	require.NoError(t, json.Unmarshal(b, &back))
 	assert.Equal(t, p, back)
 }
 
 func TestPolicyMarkdownIsTheEndpointsRecord(t *testing.T) {
-	p := policy(t, core.Config{Store: atomicStore{memstore.New()}})
+	p := policyOf(t, core.Config{Store: atomicStore{memstore.New()}})
 	p.Scope = "the account named by X-Account-ID"
 	p.Tests = []string{"idemtest.Check in orders_test.go"}
 	md := p.Markdown("POST /v1/orders")
@@ -267,7 +265,7 @@ func TestStatusesHasWhatStatusesOfSaw(t *testing.T) {
 		"not stored":   func(s int) bool { return !core.StorableStatus(s) },
 		"the 1xx only": func(s int) bool { return s < 200 },
 	} {
-		set := core.StatusesOf(in)
+		set := policy.StatusesOf(in)
 		for s := 100; s < 600; s++ {
 			if set.Has(s) != in(s) {
 				t.Errorf("%s: %q.Has(%d) = %v, want %v", name, set, s, set.Has(s), in(s))
@@ -275,10 +273,10 @@ func TestStatusesHasWhatStatusesOfSaw(t *testing.T) {
 			}
 		}
 	}
-	assert.Equal(t, core.Statuses("none"), core.StatusesOf(func(int) bool { return false }))
-	assert.Equal(t, core.Statuses("1xx, 2xx, 3xx, 4xx, 5xx"), core.StatusesOf(func(int) bool { return true }))
-	assert.Equal(t, core.Statuses("201"), core.StatusesOf(func(s int) bool { return s == 201 }))
-	assert.False(t, core.Statuses("2xx (except 204").Has(200), "malformed")
+	assert.Equal(t, policy.Statuses("none"), policy.StatusesOf(func(int) bool { return false }))
+	assert.Equal(t, policy.Statuses("1xx, 2xx, 3xx, 4xx, 5xx"), policy.StatusesOf(func(int) bool { return true }))
+	assert.Equal(t, policy.Statuses("201"), policy.StatusesOf(func(s int) bool { return s == 201 }))
+	assert.False(t, policy.Statuses("2xx (except 204").Has(200), "malformed")
 }
 
 // TestDefaultReplayHeadersIsAFreshCopy: a caller appending to or changing the defaults
@@ -288,5 +286,5 @@ func TestDefaultReplayHeadersIsAFreshCopy(t *testing.T) {
 	h := core.DefaultReplayHeaders()
 	h[0] = "Set-Cookie"
 	assert.Equal(t, "Location", core.DefaultReplayHeaders()[0])
-	assert.Equal(t, "Location", core.DefaultConfig().ReplayHeaders[0])
+	assert.Equal(t, "Location", core.DefaultReplayHeaders()[0])
 }

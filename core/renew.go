@@ -29,7 +29,7 @@ type renewal struct {
 	ctx     context.Context    // the renewals', made by the first tick
 	cancel  context.CancelFunc // ends ctx: stop cuts a renewal in flight short
 	stopped bool
-	lostErr error // wraps ErrLeaseLost once a renewal found the lease taken over
+	lostErr error // wraps storage.ErrLeaseLost once a renewal found the lease taken over
 }
 
 // startRenewal starts renewing lock's lease of length lease until stop. parent gives the
@@ -60,14 +60,14 @@ func (r *renewal) renew() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
-	case errors.Is(err, ErrLeaseLost):
+	case errors.Is(err, storage.ErrLeaseLost):
 		r.lostErr = err
 	case !r.stopped:
 		r.timer.Reset(r.every)
 	}
 }
 
-// lost returns an error wrapping ErrLeaseLost once a renewal found the lease taken over,
+// lost returns an error wrapping storage.ErrLeaseLost once a renewal found the lease taken over,
 // nil until then.
 func (r *renewal) lost() error {
 	r.mu.Lock()

@@ -49,18 +49,18 @@ func (l *renewLock) Renew(ctx context.Context) error {
 }
 
 // TestRenewalThatLostTheLeaseFailsThePhase: a renewal that finds the lease taken over
-// makes the phase running meanwhile commit nothing and return ErrLeaseLost, and the
+// makes the phase running meanwhile commit nothing and return storage.ErrLeaseLost, and the
 // engine answers 409 whatever the handler writes, without recording anything. (In a
 // synctest bubble: the provider's slow answer and the renewal timer run on its clock.)
 func TestRenewalThatLostTheLeaseFailsThePhase(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const lease = time.Minute
-		store := &renewStore{Store: memstore.New(), renewErr: fmt.Errorf("fenced: %w", core.ErrLeaseLost)}
+		store := &renewStore{Store: memstore.New(), renewErr: fmt.Errorf("fenced: %w", storage.ErrLeaseLost)}
 		var phaseErr error
 		ran := false
 		hs := newHarness(t, core.Config{Store: store, Mode: core.ModePhased, Lease: lease}, func(w http.ResponseWriter, r *http.Request) {
-			op := core.OperationFrom(r.Context())
+			op := core.MustOperation(r.Context())
 			phaseErr = op.Phase(r.Context(), "charged", func(context.Context) error {
 				time.Sleep(lease) // the provider answers after a renewal has run
 				ran = true
@@ -70,7 +70,7 @@ func TestRenewalThatLostTheLeaseFailsThePhase(t *testing.T) {
 		})
 		w := hs.do(http.MethodPost, "k", orderJSON)
 		assert.Equal(t, http.StatusConflict, w.Code, "a worker that lost its lease is answered 409")
-		require.ErrorIs(t, phaseErr, core.ErrLeaseLost, "the phase after a renewal lost the lease")
+		require.ErrorIs(t, phaseErr, storage.ErrLeaseLost, "the phase after a renewal lost the lease")
 		assert.True(t, ran, "the phase's function ran")
 		assert.Positive(t, store.renewals.Load())
 		// The fake lease was not really taken over: the engine's release freed the key,
@@ -119,7 +119,7 @@ func TestDoRefusesAnUnreachedRecoveryPoint(t *testing.T) {
 	eng := newDoEngine(t, core.Config{Store: store, Mode: core.ModePhased})
 	var charges, ships atomic.Int32
 	phase := func(ctx context.Context, name string, n *atomic.Int32) error {
-		return core.OperationFrom(ctx).Phase(ctx, name, func(context.Context) error { n.Add(1); return nil })
+		return core.MustOperation(ctx).Phase(ctx, name, func(context.Context) error { n.Add(1); return nil })
 	}
 	boom := errors.New("shipping timed out")
 	_, _, err := eng.Do(t.Context(), "s", "msg", nil, func(ctx context.Context) ([]byte, error) {

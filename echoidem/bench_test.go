@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/echoidem"
 	"github.com/idemkit/idem/internal/adaptertest"
@@ -20,6 +21,6 @@ func BenchmarkEcho(b *testing.B) {
 	bare := echo.New()
 	bare.POST("/v1/orders", benchHandler)
 	idem := echo.New()
-	idem.POST("/v1/orders", benchHandler, echoidem.New(memstore.New(), func(echo.Context) string { return "acct" }))
+	idem.POST("/v1/orders", benchHandler, echoidem.New(adaptertest.Engine(core.Config{Store: memstore.New()}), echoidem.Config{Scope: func(echo.Context) string { return "acct" }}))
 	adaptertest.Bench(b, bare, idem)
 }

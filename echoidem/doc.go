@@ -5,23 +5,20 @@
 // release) are core.Engine's. The middleware hands the engine the request and a function
 // that runs the rest of the Echo chain; while that chain runs, c.Response() is a fresh
 // echo.Response holding the response in memory, and c.Request() carries the operation
-// and the store's transaction, so core.OperationFrom(c.Request().Context()),
-// pgxstore.Tx and gormstore.DB reach them. Nothing reaches the client until the engine
+// and the store's transaction, so core.MustOperation(c.Request().Context()),
+// pgxstore.MustTx and gormstore.MustDB reach them. Nothing reaches the client until the engine
 // has recorded (and, in atomic mode, committed) the outcome.
 //
+//	eng, err := core.New(core.Config{Store: store}) // one engine for the application
+//	if err != nil { ... }
 //	e := echo.New()
 //	e.Use(middleware.Recover())
 //	scope := func(c echo.Context) string { s, _ := c.Get("account").(string); return s } // set by auth
-//	v1 := e.Group("/v1", auth, echoidem.New(store, scope)) // a pgxstore, gormstore or memstore (tests) Store
+//	v1 := e.Group("/v1", auth, echoidem.New(eng, echoidem.Config{Scope: scope}))
 //	v1.POST("/orders", createOrder)
 //
-// New(store, scope) takes every default; NewWithConfig takes a Config for the rest
-// (Skipper, and the engine's options in core.Config):
-//
-//	mw := echoidem.NewWithConfig(echoidem.Config{
-//		Scope:  scope,
-//		Config: core.Config{Store: store, Mode: core.ModePhased},
-//	})
+// The engine's options (store, mode, methods, limits) are core.Config's, given once to
+// core.New; echoidem.Config holds what is Echo's: the Skipper and the Scope.
 //
 // # Which requests are keyed
 //
@@ -33,15 +30,15 @@
 // h, mw)). Two recipes for the rest:
 //
 //	// Mounted on the whole app, skip routes by their pattern:
-//	e.Use(echoidem.NewWithConfig(echoidem.Config{
+//	e.Use(echoidem.New(eng, echoidem.Config{
 //		Skipper: func(c echo.Context) bool { return c.Path() == "/login" },
 //		Scope:   scope,
-//		Config:  core.Config{Store: store},
 //	}))
 //
-//	// One route that honours a key without requiring one:
-//	optional := echoidem.NewWithConfig(echoidem.Config{Scope: scope, Config: core.Config{Store: store, KeyOptional: true}})
-//	v1.POST("/carts", addToCart, optional)
+//	// One route that honours a key without requiring one: another contract, so an
+//	// engine of its own on the same store (see core's documentation).
+//	optionalEng, err := core.New(core.Config{Store: store, KeyOptional: true})
+//	v1.POST("/carts", addToCart, echoidem.New(optionalEng, echoidem.Config{Scope: scope}))
 //
 // Skipper runs before any key is read; c.Path() is the route pattern ("/orders/:id"),
 // and a middleware.Skipper fits. Mount exactly one idempotency middleware in front of
@@ -54,16 +51,11 @@
 //
 // # Scope
 //
-// The scope is required: keys live per scope, so a multi-tenant API must return the
-// caller's identity, set by your authentication middleware, which must therefore run
-// first. It is called only for keyed requests. A scope of "" (the middleware runs
-// before authentication, or c.Get("account") was never set) fails closed: the handler
-// does not run, nothing is stored, the client gets a 500 problem of kind
-// core.ProblemMisconfigured and the logger an error naming the route; so does a scope
-// over core.MaxScopeLength bytes or not valid UTF-8, and the middleware mounted both on
-// a group and on one of its routes. Read the account
-// with a checked type assertion as above: c.Get(…).(string) unchecked panics when it is
-// unset. A single-tenant API returns a constant.
+// The scope is required: keys live per scope, so a multi-tenant API returns the caller's
+// identity, set by your authentication middleware, which must therefore run first.
+// core's documentation (Scope) states what an empty or invalid scope does. Read the
+// account with a checked type assertion as above: c.Get(…).(string) unchecked panics
+// when it is unset.
 //
 // # The handler's response
 //

@@ -1,69 +1,37 @@
 package echoidem
 
 import (
-	"fmt"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/core/adapter"
-	"github.com/idemkit/idem/core/storage"
 )
 
-// Config configures the Echo middleware.
+// Config configures the Echo middleware of one engine. The engine's own options (store,
+// mode, methods, limits…) are core.Config's, given once to core.New.
 type Config struct {
 	// Skipper, when it returns true, lets the request through untouched, before any key
 	// is read. Default: nil, which never skips (as middleware.DefaultSkipper).
 	Skipper middleware.Skipper
 
 	// Scope names the caller a key belongs to (account, API key, tenant), read from the
-	// Echo context after authentication (what your auth middleware stored with c.Set).
-	// Keys never collide across scopes, so a multi-tenant API must return the caller's
-	// identity here; a single-tenant API returns a constant. It runs only for keyed
-	// requests, and a scope of "" (a c.Get that was never set) refuses the request with
-	// a 500 problem instead of sharing one key space between callers; so does a scope no
-	// store can hold (core.MaxScopeLength: 1–255 bytes of valid UTF-8). Required.
+	// Echo context after authentication (what your auth middleware stored with c.Set);
+	// core's documentation states the scope's rules. Required.
 	Scope func(c echo.Context) string
-
-	// Config holds the engine's options, each with the default its comment states
-	// (see core.Config): Store is required. It is a named field, not an embedded one, so
-	// core.Config's methods (Validate, WithDefaults) are not mistaken for the adapter's:
-	// they know nothing of Scope or Skipper.
-	Config core.Config
 }
 
-// New returns the middleware for store with every default, keying each caller's
-// requests under scope (see Config.Scope), as middleware.RateLimiter(store) does for its
-// store. Both are required: the scope is an argument rather than a default because no
-// default is safe (a constant would put every caller in one key space). It panics on a
-// nil store or scope; NewWithConfig takes the rest (Skipper, core.Config's options).
-func New(store storage.Store, scope func(c echo.Context) string) echo.MiddlewareFunc {
-	return NewWithConfig(Config{Scope: scope, Config: core.Config{Store: store}})
-}
-
-// NewWithConfig returns the middleware for cfg. It handles the requests
-// core.Config.Methods lists (POST and PATCH by default) and lets every other request
-// through untouched. It panics when cfg is invalid (a programming error, such as a nil
-// Store or Scope); ToMiddleware returns the error instead.
-func NewWithConfig(cfg Config) echo.MiddlewareFunc {
-	mw, err := cfg.ToMiddleware()
-	if err != nil {
-		panic(err)
+// New returns Echo middleware running eng for the requests it keys (core.Config.Methods:
+// POST and PATCH by default); every other request goes through untouched. Mount it with
+// e.Use, on a group or on one route; every route may share one eng. It panics when eng
+// or cfg.Scope is nil (a programming error).
+func New(eng *core.Engine, cfg Config) echo.MiddlewareFunc {
+	if eng == nil {
+		panic("echoidem: New: eng is nil (build it once with core.New)")
 	}
-	return mw
-}
-
-// ToMiddleware is NewWithConfig returning an error, wrapping core.ErrInvalidConfig and
-// naming the field, instead of panicking.
-func (cfg Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 	if cfg.Scope == nil {
-		return nil, fmt.Errorf("echoidem: %w: Scope: required (return a constant for a single-tenant API)", core.ErrInvalidConfig)
-	}
-	eng, err := core.New(cfg.Config)
-	if err != nil {
-		return nil, fmt.Errorf("echoidem: %w", err)
+		panic("echoidem: New: Config.Scope is nil (return a constant for a single-tenant API)")
 	}
 	scope, skip := cfg.Scope, cfg.Skipper
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -74,15 +42,14 @@ func (cfg Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 			if route := c.Path(); route != "" {
 				c.Request().Pattern = route // as ServeMux does: core.Event.Route and log lines name the route
 			}
-			res := adapter.Handle(eng, c.Response(), c.Request(), func() string { return scope(c) }, func(held http.ResponseWriter, r *http.Request) {
+			if !eng.Handle(c.Response(), c.Request(), func() string { return scope(c) }, func(held http.ResponseWriter, r *http.Request) {
 				runHeld(c, held, r, next)
-			})
-			if res == adapter.Passed {
+			}) {
 				return next(c) // not keyed: Echo handles the error as usual
 			}
-			return nil // Ran or Answered: the engine has written the response
+			return nil // the engine has written the response
 		}
-	}, nil
+	}
 }
 
 // runHeld runs next with a fresh echo.Response writing into held and the request r, whose

@@ -49,9 +49,8 @@ func newApp(t *testing.T) *app { return newAppOn(t, memstore.New()) }
 func newAppOn(t *testing.T, store storage.Store) *app {
 	t.Helper()
 	a := &app{App: &adaptertest.App{}}
-	mw := echoidem.NewWithConfig(echoidem.Config{
-		Scope:  func(c echo.Context) string { s, _ := c.Get("account").(string); return s },
-		Config: core.Config{Store: store},
+	mw := echoidem.New(adaptertest.Engine(core.Config{Store: store}), echoidem.Config{
+		Scope: func(c echo.Context) string { s, _ := c.Get("account").(string); return s },
 	})
 
 	e := newEcho()
@@ -131,7 +130,7 @@ func (a *app) createOrder(c echo.Context) error {
 		a.Entered <- struct{}{}
 		<-a.Gate
 	}
-	op := core.OperationFrom(c.Request().Context())
+	op := core.MustOperation(c.Request().Context())
 	c.Response().Header().Set("Location", fmt.Sprintf("/api/orders/%d", n))
 	c.SetCookie(&http.Cookie{Name: "session", Value: "s3cret", Path: "/", HttpOnly: true})
 	return c.JSON(http.StatusCreated, map[string]any{"id": n, "item": in["item"], "key": op.Key(), "scope": op.Scope(),
@@ -182,9 +181,8 @@ func TestOptionalKeyPassesThrough(t *testing.T) {
 			return echo.NewHTTPError(http.StatusTeapot, "short and stout")
 		}
 		return c.String(http.StatusCreated, fmt.Sprintf("%d %t", n, !keyed))
-	}, echoidem.NewWithConfig(echoidem.Config{
-		Scope:  func(echo.Context) string { return "tenant" },
-		Config: core.Config{Store: memstore.New(), KeyOptional: true},
+	}, echoidem.New(adaptertest.Engine(core.Config{Store: memstore.New(), KeyOptional: true}), echoidem.Config{
+		Scope: func(echo.Context) string { return "tenant" },
 	}))
 	for i, want := range []string{"1 true", "2 true"} {
 		if got := do(t, e, "POST", "/x", "", "", order); got.Status != 201 || got.Body != want {
@@ -213,13 +211,11 @@ func TestOptionalKeyPassesThrough(t *testing.T) {
 func TestSkipper(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int64
-	cfg := echoidem.Config{
+	e := newEcho()
+	e.Use(echoidem.New(adaptertest.Engine(core.Config{Store: memstore.New()}), echoidem.Config{
 		Skipper: func(c echo.Context) bool { return c.Path() == "/skipped" },
 		Scope:   func(echo.Context) string { return "tenant" },
-		Config:  core.Config{Store: memstore.New()},
-	}
-	e := newEcho()
-	e.Use(echoidem.NewWithConfig(cfg))
+	}))
 	h := func(c echo.Context) error { return c.String(http.StatusCreated, strconv.FormatInt(runs.Add(1), 10)) }
 	e.POST("/skipped", h)
 	e.POST("/kept", h)
@@ -234,13 +230,13 @@ func TestSkipper(t *testing.T) {
 	}
 }
 
-// TestNewTakesTheScope: New(store, scope) keys each caller apart; the same key from two
+// TestNewTakesTheScope: Config.Scope keys each caller apart; the same key from two
 // accounts is two operations.
 func TestNewTakesTheScope(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int64
 	e := newEcho()
-	e.Use(echoidem.New(memstore.New(), func(c echo.Context) string { return c.Request().Header.Get("X-Account") }))
+	e.Use(echoidem.New(adaptertest.Engine(core.Config{Store: memstore.New()}), echoidem.Config{Scope: func(c echo.Context) string { return c.Request().Header.Get("X-Account") }}))
 	e.POST("/x", func(c echo.Context) error { return c.String(http.StatusCreated, strconv.FormatInt(runs.Add(1), 10)) })
 	a := do(t, e, "POST", "/x", "k", "acme", order)
 	b := do(t, e, "POST", "/x", "k", "globex", order)
@@ -249,39 +245,14 @@ func TestNewTakesTheScope(t *testing.T) {
 	assert.False(t, b.Replayed(), "globex must never get acme's replay")
 }
 
-func TestConfigErrors(t *testing.T) {
+// TestNewPanicsOnProgrammingErrors: a nil engine or Scope is a programming error, refused
+// when the middleware is built (the engine's own options are core.New's to refuse).
+func TestNewPanicsOnProgrammingErrors(t *testing.T) {
 	t.Parallel()
-	store := memstore.New()
+	eng := adaptertest.Engine(core.Config{Store: memstore.New()})
 	scope := func(echo.Context) string { return "tenant" }
-	for _, tc := range []struct {
-		name  string
-		cfg   echoidem.Config
-		field string
-	}{
-		{"no store", echoidem.Config{Scope: scope}, "Store"},
-		{"no scope", echoidem.Config{Config: core.Config{Store: store}}, "Scope"},
-		{"atomic on memstore", echoidem.Config{Scope: scope, Config: core.Config{Store: store, Mode: core.ModeAtomic}}, "Mode"},
-		{"bad replay header", echoidem.Config{Scope: scope, Config: core.Config{Store: store, ReplayHeaders: []string{"Set-Cookie"}}}, "ReplayHeaders"},
-	} {
-		_, err := tc.cfg.ToMiddleware()
-		if !errors.Is(err, core.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field+":") {
-			t.Errorf("%s: error %v, want ErrInvalidConfig naming %s", tc.name, err, tc.field)
-		}
-		func() {
-			defer func() {
-				if p := recover(); p == nil {
-					t.Errorf("%s: NewWithConfig did not panic", tc.name)
-				}
-			}()
-			echoidem.NewWithConfig(tc.cfg)
-		}()
-	}
-	for name, mk := range map[string]func(){
-		"nil store": func() { echoidem.New(nil, scope) },
-		"nil scope": func() { echoidem.New(store, nil) },
-	} {
-		assert.Panics(t, mk, "New with a %s", name)
-	}
+	assert.Panics(t, func() { echoidem.New(nil, echoidem.Config{Scope: scope}) }, "nil engine")
+	assert.Panics(t, func() { echoidem.New(eng, echoidem.Config{}) }, "nil Scope")
 }
 
 // TestFlushPanicsWithErrStreaming: the refusal is echoidem's documented panic, seen by
@@ -305,9 +276,8 @@ func TestFlushPanicsWithErrStreaming(t *testing.T) {
 		_, _ = c.Response().Write([]byte("data: partial\n\n"))
 		c.Response().Flush()
 		return nil
-	}, echoidem.NewWithConfig(echoidem.Config{
-		Scope:  func(echo.Context) string { return "tenant" },
-		Config: core.Config{Store: memstore.New()},
+	}, echoidem.New(adaptertest.Engine(core.Config{Store: memstore.New()}), echoidem.Config{
+		Scope: func(echo.Context) string { return "tenant" },
 	}))
 	got := do(t, e, "POST", "/sse", "k", "", order)
 	err, _ := recovered.Load().(error)
@@ -325,7 +295,7 @@ func TestEmptyScopeFailsClosed(t *testing.T) {
 	var runs atomic.Int64
 	e := newEcho()
 	e.POST("/orders", func(c echo.Context) error { runs.Add(1); return c.String(http.StatusCreated, "made") },
-		echoidem.New(store, func(c echo.Context) string { s, _ := c.Get("account").(string); return s }))
+		echoidem.New(adaptertest.Engine(core.Config{Store: store}), echoidem.Config{Scope: func(c echo.Context) string { s, _ := c.Get("account").(string); return s }}))
 	for _, caller := range []string{"acme", "globex"} {
 		got := do(t, e, "POST", "/orders", "shared", caller, order)
 		assert.Equal(t, http.StatusInternalServerError, got.Status, "%s: status", caller)

@@ -16,7 +16,7 @@ import (
 // A POST route that creates an order once per Idempotency-Key and caller: the retry gets
 // the first answer again, marked Idempotent-Replayed, and the handler does not run a
 // second time.
-func ExampleNewWithConfig() {
+func ExampleNew() {
 	e := echo.New()
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc { // your auth
 		return func(c echo.Context) error {
@@ -25,10 +25,14 @@ func ExampleNewWithConfig() {
 		}
 	})
 
+	// One engine for the application, shared by every keyed route.
+	eng, err := core.New(core.Config{Store: memstore.New()}) // pgxstore or gormstore in production
+	if err != nil {
+		panic(err)
+	}
 	orders := 0
-	api := e.Group("/api", echoidem.NewWithConfig(echoidem.Config{
-		Scope:  func(c echo.Context) string { return c.Get("account").(string) },
-		Config: core.Config{Store: memstore.New()}, // pgxstore or gormstore in production
+	api := e.Group("/api", echoidem.New(eng, echoidem.Config{
+		Scope: func(c echo.Context) string { s, _ := c.Get("account").(string); return s },
 	}))
 	api.POST("/orders", func(c echo.Context) error {
 		orders++
@@ -54,10 +58,14 @@ func ExampleNewWithConfig() {
 
 // A handler's returned error is rendered by Echo's error handler while the response is
 // held: a 4xx is recorded and replayed, a 5xx releases the key so a retry runs again.
-func ExampleNew() {
+func ExampleNew_errors() {
+	eng, err := core.New(core.Config{Store: memstore.New()})
+	if err != nil {
+		panic(err)
+	}
 	e := echo.New()
 	// Each caller's keys live under its account (what authentication put in the context).
-	e.Use(echoidem.New(memstore.New(), func(c echo.Context) string { return c.Request().Header.Get("X-Account") }))
+	e.Use(echoidem.New(eng, echoidem.Config{Scope: func(c echo.Context) string { return c.Request().Header.Get("X-Account") }}))
 	runs := 0
 	e.POST("/transfers", func(c echo.Context) error {
 		runs++
@@ -83,23 +91,24 @@ func ExampleNew() {
 	// runs: 2
 }
 
-// A full configuration, Echo style: Skipper first, the scope, then the engine's options.
-func ExampleConfig_ToMiddleware() {
-	cfg := echoidem.Config{
+// A full configuration, Echo style: Skipper first, then the scope; the engine's options
+// are core.Config's, and an invalid one is core.New's error, naming the field.
+func ExampleConfig() {
+	eng, err := core.New(core.Config{
+		Store:   memstore.New(),
+		Methods: []string{http.MethodPost, http.MethodPatch, http.MethodPut},
+	})
+	fmt.Println(err)
+	mw := echoidem.New(eng, echoidem.Config{
 		Skipper: func(c echo.Context) bool { return strings.HasPrefix(c.Path(), "/webhooks/") },
 		Scope:   func(c echo.Context) string { return c.Request().Header.Get("X-Tenant") },
-		Config: core.Config{
-			Store:   memstore.New(),
-			Methods: []string{http.MethodPost, http.MethodPatch, http.MethodPut},
-		},
-	}
-	mw, err := cfg.ToMiddleware()
-	fmt.Println(mw != nil, err)
+	})
+	fmt.Println(mw != nil)
 
-	cfg.Config.Store = nil
-	_, err = cfg.ToMiddleware()
+	_, err = core.New(core.Config{})
 	fmt.Println(err)
 	// Output:
-	// true <nil>
-	// echoidem: idem: invalid config: Store: required
+	// <nil>
+	// true
+	// idem: invalid config: Store: required
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/echoidem"
+	"github.com/idemkit/idem/internal/adaptertest"
 )
 
 // TestEventsNameTheEchoRoute: metrics label by the route template, which core cannot see
@@ -23,7 +24,7 @@ func TestEventsNameTheEchoRoute(t *testing.T) {
 	var routes []string
 	hooks := core.HookFunc(func(_ context.Context, ev core.Event) { routes = append(routes, ev.Route) })
 	e := echo.New()
-	e.Use(echoidem.NewWithConfig(echoidem.Config{Scope: func(echo.Context) string { return "acct" }, Config: core.Config{Store: memstore.New(), Hooks: hooks}}))
+	e.Use(echoidem.New(adaptertest.Engine(core.Config{Store: memstore.New(), Hooks: hooks}), echoidem.Config{Scope: func(echo.Context) string { return "acct" }}))
 	e.PATCH("/v1/orders/:id", func(c echo.Context) error { return c.String(http.StatusOK, "patched") })
 	for range 2 {
 		req := httptest.NewRequest(http.MethodPatch, "/v1/orders/42", strings.NewReader(`{"note":"x"}`))
@@ -41,7 +42,7 @@ func TestEventsNameTheEchoRoute(t *testing.T) {
 func TestSecondMiddlewareIsMisconfigured(t *testing.T) {
 	t.Parallel()
 	store := memstore.New()
-	keyed := echoidem.New(store, func(echo.Context) string { return "acct" })
+	keyed := echoidem.New(adaptertest.Engine(core.Config{Store: store}), echoidem.Config{Scope: func(echo.Context) string { return "acct" }})
 	runs := 0
 	e := echo.New()
 	api := e.Group("/api", keyed)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/echoidem"
+	"github.com/idemkit/idem/internal/adaptertest"
 	"github.com/idemkit/idem/internal/storekit"
 )
 
@@ -23,14 +24,13 @@ func newShop(t *testing.T, b *storekit.Backend, fail storekit.Failure) *storekit
 	s := &storekit.Shop{Backend: b}
 	e := newEcho()
 	e.Use(middleware.Recover())
-	e.Use(echoidem.NewWithConfig(echoidem.Config{
-		Scope:  func(echo.Context) string { return "tenant" },
-		Config: core.Config{Store: b.Store},
+	e.Use(echoidem.New(adaptertest.Engine(core.Config{Store: b.Store}), echoidem.Config{
+		Scope: func(echo.Context) string { return "tenant" },
 	}))
 	e.POST("/orders", func(c echo.Context) error {
 		run := s.Runs.Add(1)
 		ctx := c.Request().Context()
-		id, err := b.Insert(ctx, core.OperationFrom(ctx).Key())
+		id, err := b.Insert(ctx, core.MustOperation(ctx).Key())
 		if err != nil {
 			return err
 		}

@@ -21,9 +21,8 @@ func BenchmarkGin(b *testing.B) {
 	bare := gin.New()
 	bare.POST("/v1/orders", benchHandler)
 	idem := gin.New()
-	idem.POST("/v1/orders", ginidem.New(ginidem.Config{
-		Scope:  func(*gin.Context) string { return "acct" },
-		Config: core.Config{Store: memstore.New()},
+	idem.POST("/v1/orders", ginidem.New(adaptertest.Engine(core.Config{Store: memstore.New()}), ginidem.Config{
+		Scope: func(*gin.Context) string { return "acct" },
 	}), benchHandler)
 	adaptertest.Bench(b, bare, idem)
 }

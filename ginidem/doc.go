@@ -5,15 +5,16 @@
 // release) are core.Engine's. The middleware hands the engine the request and a function
 // that runs the rest of the Gin chain; while that chain runs, c.Writer holds the
 // response in memory, and c.Request carries the operation and the store's transaction,
-// so core.OperationFrom(c.Request.Context()), pgxstore.Tx and gormstore.DB reach them.
+// so core.MustOperation(c.Request.Context()), pgxstore.MustTx and gormstore.MustDB reach them.
 // Nothing reaches the client until the engine has recorded (and, in atomic mode,
 // committed) the outcome.
 //
+//	eng, err := core.New(core.Config{Store: store}) // one engine for the application
+//	if err != nil { ... }
 //	r := gin.New()
 //	r.Use(gin.Recovery())
-//	v1 := r.Group("/v1", auth, ginidem.New(ginidem.Config{ // auth sets c.Set("account", …)
-//		Scope:  func(c *gin.Context) string { return c.GetString("account") },
-//		Config: core.Config{Store: store}, // a pgxstore, gormstore or memstore (tests) Store
+//	v1 := r.Group("/v1", auth, ginidem.New(eng, ginidem.Config{ // auth sets c.Set("account", …)
+//		Scope: func(c *gin.Context) string { return c.GetString("account") },
 //	}))
 //	v1.POST("/orders", createOrder)
 //
@@ -30,15 +31,15 @@
 // routes (r.POST("/orders", mw, h)). Two recipes for the rest:
 //
 //	// Mounted on the whole app, skip routes by their pattern:
-//	r.Use(ginidem.New(ginidem.Config{
+//	r.Use(ginidem.New(eng, ginidem.Config{
 //		Scope:   scope,
 //		Skipper: func(c *gin.Context) bool { return c.FullPath() == "/login" },
-//		Config:  core.Config{Store: store},
 //	}))
 //
-//	// One route that honours a key without requiring one:
-//	optional := ginidem.New(ginidem.Config{Scope: scope, Config: core.Config{Store: store, KeyOptional: true}})
-//	v1.POST("/carts", optional, addToCart)
+//	// One route that honours a key without requiring one: another contract, so an
+//	// engine of its own on the same store (see core's documentation).
+//	optionalEng, err := core.New(core.Config{Store: store, KeyOptional: true})
+//	v1.POST("/carts", ginidem.New(optionalEng, ginidem.Config{Scope: scope}), addToCart)
 //
 // Skipper runs before any key is read and sees the *gin.Context, so c.FullPath() (the
 // route pattern, "/orders/:id") and what earlier middleware stored are available.
@@ -52,14 +53,9 @@
 //
 // # Scope
 //
-// Scope is required: keys live per scope, so a multi-tenant API must return the caller's
-// identity, set by your authentication middleware, which must therefore run first. It is
-// called only for keyed requests. A scope of "" (the middleware runs before
-// authentication, or the account was never set) fails closed: the handler does not run,
-// nothing is stored, the client gets a 500 problem of kind core.ProblemMisconfigured and
-// the logger an error naming the route; so does a scope over core.MaxScopeLength bytes or
-// not valid UTF-8, and the middleware mounted both on a group and on one of its routes. A
-// single-tenant API returns a constant.
+// Scope is required: keys live per scope, so a multi-tenant API returns the caller's
+// identity, set by your authentication middleware, which must therefore run first.
+// core's documentation (Scope) states what an empty or invalid scope does.
 //
 // # The handler's response
 //

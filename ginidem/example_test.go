@@ -21,10 +21,14 @@ func ExampleNew() {
 	r.Use(gin.Recovery())
 	r.Use(func(c *gin.Context) { c.Set("account", c.GetHeader("X-Account")) }) // your auth
 
+	// One engine for the application, shared by every keyed route.
+	eng, err := core.New(core.Config{Store: memstore.New()}) // pgxstore or gormstore in production
+	if err != nil {
+		panic(err)
+	}
 	orders := 0
-	api := r.Group("/api", ginidem.New(ginidem.Config{
-		Scope:  func(c *gin.Context) string { return c.GetString("account") },
-		Config: core.Config{Store: memstore.New()}, // pgxstore or gormstore in production
+	api := r.Group("/api", ginidem.New(eng, ginidem.Config{
+		Scope: func(c *gin.Context) string { return c.GetString("account") },
 	}))
 	api.POST("/orders", func(c *gin.Context) {
 		orders++
@@ -52,9 +56,12 @@ func ExampleNew() {
 func ExampleNew_missingKey() {
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	r.POST("/orders", ginidem.New(ginidem.Config{
-		Scope:  func(*gin.Context) string { return "single-tenant" },
-		Config: core.Config{Store: memstore.New()},
+	eng, err := core.New(core.Config{Store: memstore.New()})
+	if err != nil {
+		panic(err)
+	}
+	r.POST("/orders", ginidem.New(eng, ginidem.Config{
+		Scope: func(*gin.Context) string { return "single-tenant" },
 	}), func(c *gin.Context) { c.Status(http.StatusCreated) })
 
 	rec := httptest.NewRecorder()
@@ -66,19 +73,10 @@ func ExampleNew_missingKey() {
 	// {"type":"https://github.com/idemkit/idem/blob/main/docs/problems.md#key-missing","title":"Idempotency key missing","status":400,"detail":"POST /orders requires an Idempotency-Key header."}
 }
 
-// The error-returning form, for configuration read at run time.
-func ExampleConfig_ToMiddleware() {
-	cfg := ginidem.Config{
-		Scope:  func(c *gin.Context) string { return c.GetString("tenant") },
-		Config: core.Config{Store: memstore.New(), Methods: []string{http.MethodPost, http.MethodPut}},
-	}
-	h, err := cfg.ToMiddleware()
-	fmt.Println(h != nil, err)
-
-	cfg.Scope = nil
-	_, err = cfg.ToMiddleware()
+// An invalid configuration is core.New's error, naming the field.
+func ExampleNew_invalidConfig() {
+	_, err := core.New(core.Config{Store: memstore.New(), Methods: []string{"post"}})
 	fmt.Println(err)
 	// Output:
-	// true <nil>
-	// ginidem: idem: invalid config: Scope: required (return a constant for a single-tenant API)
+	// idem: invalid config: Methods: "post" would never match a request (methods are case-sensitive): write "POST"
 }

@@ -56,9 +56,8 @@ func newApp(t *testing.T) *app { return newAppOn(t, memstore.New()) }
 func newAppOn(t *testing.T, store storage.Store) *app {
 	t.Helper()
 	a := &app{App: &adaptertest.App{}}
-	mw := ginidem.New(ginidem.Config{
-		Scope:  func(c *gin.Context) string { return c.GetString("account") },
-		Config: core.Config{Store: store},
+	mw := ginidem.New(adaptertest.Engine(core.Config{Store: store}), ginidem.Config{
+		Scope: func(c *gin.Context) string { return c.GetString("account") },
 	})
 
 	r := gin.New()
@@ -128,7 +127,7 @@ func (a *app) createOrder(c *gin.Context) {
 		a.Entered <- struct{}{}
 		<-a.Gate
 	}
-	op := core.OperationFrom(c.Request.Context())
+	op := core.MustOperation(c.Request.Context())
 	c.Header("Location", fmt.Sprintf("/api/orders/%d", n))
 	c.SetCookie("session", "s3cret", 3600, "/", "", false, true)
 	c.JSON(http.StatusCreated, gin.H{"id": n, "item": in["item"], "key": op.Key(), "scope": op.Scope(),
@@ -178,9 +177,8 @@ func TestOptionalKeyPassesThrough(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int64
 	r := gin.New()
-	r.POST("/x", ginidem.New(ginidem.Config{
-		Scope:  func(*gin.Context) string { return "tenant" },
-		Config: core.Config{Store: memstore.New(), KeyOptional: true},
+	r.POST("/x", ginidem.New(adaptertest.Engine(core.Config{Store: memstore.New(), KeyOptional: true}), ginidem.Config{
+		Scope: func(*gin.Context) string { return "tenant" },
 	}), func(c *gin.Context) {
 		_, keyed := core.OperationFromContext(c.Request.Context())
 		c.String(http.StatusCreated, "%d %t", runs.Add(1), !keyed)
@@ -198,9 +196,8 @@ func TestOptionalKeyPassesThrough(t *testing.T) {
 func TestHandlerMayChangeStatusBeforeWriting(t *testing.T) {
 	t.Parallel()
 	r := gin.New()
-	r.POST("/x", ginidem.New(ginidem.Config{
-		Scope:  func(*gin.Context) string { return "tenant" },
-		Config: core.Config{Store: memstore.New()},
+	r.POST("/x", ginidem.New(adaptertest.Engine(core.Config{Store: memstore.New()}), ginidem.Config{
+		Scope: func(*gin.Context) string { return "tenant" },
 	}), func(c *gin.Context) {
 		c.Status(http.StatusOK)
 		if c.Writer.Written() || c.Writer.Size() != -1 {
@@ -223,33 +220,14 @@ func TestHandlerMayChangeStatusBeforeWriting(t *testing.T) {
 	}
 }
 
-func TestConfigErrors(t *testing.T) {
+// TestNewPanicsOnProgrammingErrors: a nil engine or Scope is a programming error, refused
+// when the middleware is built (the engine's own options are core.New's to refuse).
+func TestNewPanicsOnProgrammingErrors(t *testing.T) {
 	t.Parallel()
-	store := memstore.New()
+	eng := adaptertest.Engine(core.Config{Store: memstore.New()})
 	scope := func(*gin.Context) string { return "tenant" }
-	for _, tc := range []struct {
-		name  string
-		cfg   ginidem.Config
-		field string
-	}{
-		{"no store", ginidem.Config{Scope: scope}, "Store"},
-		{"no scope", ginidem.Config{Config: core.Config{Store: store}}, "Scope"},
-		{"atomic on memstore", ginidem.Config{Scope: scope, Config: core.Config{Store: store, Mode: core.ModeAtomic}}, "Mode"},
-		{"bad replay header", ginidem.Config{Scope: scope, Config: core.Config{Store: store, ReplayHeaders: []string{"Set-Cookie"}}}, "ReplayHeaders"},
-	} {
-		_, err := tc.cfg.ToMiddleware()
-		if !errors.Is(err, core.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field+":") {
-			t.Errorf("%s: error %v, want ErrInvalidConfig naming %s", tc.name, err, tc.field)
-		}
-		func() {
-			defer func() {
-				if p := recover(); p == nil {
-					t.Errorf("%s: New did not panic", tc.name)
-				}
-			}()
-			ginidem.New(tc.cfg)
-		}()
-	}
+	assert.Panics(t, func() { ginidem.New(nil, ginidem.Config{Scope: scope}) }, "nil engine")
+	assert.Panics(t, func() { ginidem.New(eng, ginidem.Config{}) }, "nil Scope")
 }
 
 // TestSkipper: a Skipper sees the Gin context, so a route is skipped by c.FullPath();
@@ -258,10 +236,9 @@ func TestSkipper(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int64
 	r := gin.New()
-	r.Use(ginidem.New(ginidem.Config{
+	r.Use(ginidem.New(adaptertest.Engine(core.Config{Store: memstore.New()}), ginidem.Config{
 		Scope:   func(*gin.Context) string { return "tenant" },
 		Skipper: func(c *gin.Context) bool { return c.FullPath() == "/login" },
-		Config:  core.Config{Store: memstore.New()},
 	}))
 	h := func(c *gin.Context) { c.String(http.StatusCreated, strconv.FormatInt(runs.Add(1), 10)) }
 	r.POST("/login", h)
@@ -279,9 +256,8 @@ func TestReplayAfterRetention(t *testing.T) {
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	var runs atomic.Int64
 	r := gin.New()
-	r.POST("/x", ginidem.New(ginidem.Config{
-		Scope:  func(*gin.Context) string { return "tenant" },
-		Config: core.Config{Store: memstore.New(memstore.WithClock(clock), memstore.WithRetention(time.Hour))},
+	r.POST("/x", ginidem.New(adaptertest.Engine(core.Config{Store: memstore.New(memstore.WithClock(clock), memstore.WithRetention(time.Hour))}), ginidem.Config{
+		Scope: func(*gin.Context) string { return "tenant" },
 	}), func(c *gin.Context) { c.String(http.StatusCreated, "%d", runs.Add(1)) })
 	if got := do(t, r, "POST", "/x", "k", "", order); got.Body != "1" {
 		t.Fatalf("first: %q", got.Body)
@@ -307,9 +283,8 @@ func TestFlushPanicsWithErrStreaming(t *testing.T) {
 		recovered.Store(rec)
 		c.AbortWithStatus(http.StatusInternalServerError)
 	}))
-	r.POST("/sse", ginidem.New(ginidem.Config{
-		Scope:  func(*gin.Context) string { return "tenant" },
-		Config: core.Config{Store: memstore.New()},
+	r.POST("/sse", ginidem.New(adaptertest.Engine(core.Config{Store: memstore.New()}), ginidem.Config{
+		Scope: func(*gin.Context) string { return "tenant" },
 	}), func(c *gin.Context) {
 		c.SSEvent("message", "partial")
 		c.Writer.Flush()
@@ -329,9 +304,8 @@ func TestEmptyScopeFailsClosed(t *testing.T) {
 	store := memstore.New()
 	var runs atomic.Int64
 	r := gin.New()
-	r.POST("/orders", ginidem.New(ginidem.Config{
-		Scope:  func(c *gin.Context) string { return c.GetString("account") }, // never set
-		Config: core.Config{Store: store},
+	r.POST("/orders", ginidem.New(adaptertest.Engine(core.Config{Store: store}), ginidem.Config{
+		Scope: func(c *gin.Context) string { return c.GetString("account") }, // never set
 	}), func(c *gin.Context) { runs.Add(1); c.String(http.StatusCreated, "made") })
 	for _, caller := range []string{"acme", "globex"} {
 		got := do(t, r, "POST", "/orders", "shared", caller, order)

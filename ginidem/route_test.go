@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/ginidem"
+	"github.com/idemkit/idem/internal/adaptertest"
 )
 
 // TestEventsNameTheGinRoute: metrics label by the route template, which core cannot see
@@ -23,7 +24,7 @@ func TestEventsNameTheGinRoute(t *testing.T) {
 	var routes []string
 	hooks := core.HookFunc(func(_ context.Context, ev core.Event) { routes = append(routes, ev.Route) })
 	r := gin.New()
-	r.Use(ginidem.New(ginidem.Config{Scope: func(*gin.Context) string { return "acct" }, Config: core.Config{Store: memstore.New(), Hooks: hooks}}))
+	r.Use(ginidem.New(adaptertest.Engine(core.Config{Store: memstore.New(), Hooks: hooks}), ginidem.Config{Scope: func(*gin.Context) string { return "acct" }}))
 	r.PATCH("/v1/orders/:id", func(c *gin.Context) { c.String(http.StatusOK, "patched") })
 	for range 2 {
 		req := httptest.NewRequest(http.MethodPatch, "/v1/orders/42", strings.NewReader(`{"note":"x"}`))
@@ -41,7 +42,7 @@ func TestEventsNameTheGinRoute(t *testing.T) {
 func TestSecondMiddlewareIsMisconfigured(t *testing.T) {
 	t.Parallel()
 	store := memstore.New()
-	keyed := ginidem.New(ginidem.Config{Scope: func(*gin.Context) string { return "acct" }, Config: core.Config{Store: store}})
+	keyed := ginidem.New(adaptertest.Engine(core.Config{Store: store}), ginidem.Config{Scope: func(*gin.Context) string { return "acct" }})
 	runs := 0
 	r := gin.New()
 	api := r.Group("/api", keyed)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/ginidem"
+	"github.com/idemkit/idem/internal/adaptertest"
 	"github.com/idemkit/idem/internal/storekit"
 )
 
@@ -22,14 +23,13 @@ func newShop(t *testing.T, b *storekit.Backend, fail storekit.Failure) *storekit
 	s := &storekit.Shop{Backend: b}
 	r := gin.New()
 	r.Use(gin.RecoveryWithWriter(io.Discard)) // gin.Recovery(), quiet
-	r.Use(ginidem.New(ginidem.Config{
-		Scope:  func(*gin.Context) string { return "tenant" },
-		Config: core.Config{Store: b.Store},
+	r.Use(ginidem.New(adaptertest.Engine(core.Config{Store: b.Store}), ginidem.Config{
+		Scope: func(*gin.Context) string { return "tenant" },
 	}))
 	r.POST("/orders", func(c *gin.Context) {
 		run := s.Runs.Add(1)
 		ctx := c.Request.Context()
-		id, err := b.Insert(ctx, core.OperationFrom(ctx).Key())
+		id, err := b.Insert(ctx, core.MustOperation(ctx).Key())
 		if err != nil {
 			c.AbortWithStatusJSON(http.StatusInternalServerError, gin.H{"error": err.Error()})
 			return

@@ -8,13 +8,12 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
-// TestAtomic: in atomic mode the handler's writes through gormstore.DB ride in the claim's
+// TestAtomic: in atomic mode the handler's writes through gormstore.MustDB ride in the claim's
 // transaction, on each dialect.
 func TestAtomic(t *testing.T) {
 	for _, d := range dialects {
@@ -26,7 +25,7 @@ func TestAtomic(t *testing.T) {
 				s := migrated(t, db)
 				c := claimFor("k", "a", storage.ModeAtomic)
 				lock := mustLock(t, s, c)
-				if err := gormstore.DB(lock.Context(t.Context())).Create(&order{Ref: "a", Amount: 1}).Error; err != nil {
+				if err := gormstore.MustDB(lock.Context(t.Context())).Create(&order{Ref: "a", Amount: 1}).Error; err != nil {
 					t.Fatalf("create: %v", err)
 				}
 				if n := countOrders(t, db, "a"); n != 0 {
@@ -48,11 +47,11 @@ func TestAtomic(t *testing.T) {
 				s := migrated(t, db)
 				lock := mustLock(t, s, claimFor("k", "a", storage.ModeAtomic))
 				ctx := lock.Context(t.Context())
-				if err := gormstore.DB(ctx).Create(&order{Ref: "a"}).Error; err != nil {
+				if err := gormstore.MustDB(ctx).Create(&order{Ref: "a"}).Error; err != nil {
 					t.Fatalf("create: %v", err)
 				}
 				err := lock.Phase(ctx, "charged", func(ctx context.Context) error {
-					return gormstore.DB(ctx).Create(&order{Ref: "a"}).Error
+					return gormstore.MustDB(ctx).Create(&order{Ref: "a"}).Error
 				})
 				if err != nil {
 					t.Fatalf("Phase: %v", err)
@@ -63,7 +62,7 @@ func TestAtomic(t *testing.T) {
 				if n := countOrders(t, db, "a"); n != 0 {
 					t.Fatalf("%d orders after Release, want 0", n)
 				}
-				if err := gormstore.DB(ctx).Create(&order{Ref: "late"}).Error; err == nil {
+				if err := gormstore.MustDB(ctx).Create(&order{Ref: "late"}).Error; err == nil {
 					t.Fatal("a write through the released lock's context succeeded")
 				}
 				mustLock(t, s, claimFor("k", "b", storage.ModeAtomic)) // the key is free again
@@ -86,7 +85,7 @@ func TestAtomic(t *testing.T) {
 					want = "1234ms"
 				}
 				lock := mustLock(t, s, c)
-				if got := lockSetting(t, gormstore.DB(lock.Context(t.Context())), d.name); got != want {
+				if got := lockSetting(t, gormstore.MustDB(lock.Context(t.Context())), d.name); got != want {
 					t.Errorf("the handler runs with lock wait setting %q, want %q", got, want)
 				}
 				if err := lock.Complete(t.Context(), created); err != nil {
@@ -131,7 +130,7 @@ func TestAtomic(t *testing.T) {
 				c.LockWait = 100 * time.Millisecond
 				start := time.Now()
 				_, _, err := s.Claim(t.Context(), c)
-				if !errors.Is(err, core.ErrInProgress) {
+				if !errors.Is(err, storage.ErrInProgress) {
 					t.Fatalf("twin of an open transaction: %v, want ErrInProgress", err)
 				}
 				t.Logf("gave up after %v", time.Since(start))

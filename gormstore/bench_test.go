@@ -26,7 +26,7 @@ type benchOrder struct {
 // BenchmarkAtomic compares, on PostgreSQL with a pool of 16 connections, a bare GORM
 // create in a transaction, the floor (the same plus one completed key row inserted before
 // COMMIT), the same create through gormstore in atomic mode (claim, the create via
-// gormstore.DB, completion and commit), by default (the single write), WithClaimRowFirst
+// gormstore.MustDB, completion and commit), by default (the single write), WithClaimRowFirst
 // and WithLookupFirst, and a replay of a completed key by each of the three. Compare ratios
 // within one run:
 //
@@ -107,7 +107,7 @@ VALUES (?, ?, ?, ?, ?, 'completed', 'started', ?, ?, ?, now(), statement_timesta
 						b.Errorf("claim: lock %v, err %v", lock, err)
 						return
 					}
-					if err := gormstore.DB(lock.Context(ctx)).Create(&benchOrder{Ref: "idem", Amount: 10}).Error; err != nil {
+					if err := gormstore.MustDB(lock.Context(ctx)).Create(&benchOrder{Ref: "idem", Amount: 10}).Error; err != nil {
 						_ = lock.Release(ctx)
 						b.Error(err)
 						return

@@ -114,7 +114,7 @@ func TestStatementBudget(t *testing.T) {
 
 			c := claimFor("k", "a", storage.ModeAtomic)
 			lock := mustLock(t, s, c)
-			require.NoError(t, gormstore.DB(lock.Context(t.Context())).Create(&order{Ref: "a", Amount: 1}).Error)
+			require.NoError(t, gormstore.MustDB(lock.Context(t.Context())).Create(&order{Ref: "a", Amount: 1}).Error)
 			require.NoError(t, lock.Complete(t.Context(), created))
 			assert.Equal(t, tc.first, tr.take(), "a first request")
 

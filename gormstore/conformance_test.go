@@ -52,7 +52,7 @@ func TestConformanceRowFirst(t *testing.T) {
 }
 
 // harness is storetest's Harness for d: each subject a migrated store with a key table
-// and an orders table of its own, reached through gormstore.DB; on PostgreSQL and MariaDB
+// and an orders table of its own, reached through gormstore.MustDB; on PostgreSQL and MariaDB
 // a store behind a fault proxy for the stall tests. (SQLite is a file in the process:
 // nothing between the store and it can stop answering.)
 func (d dialect) harness(t *testing.T, opts ...gormstore.Option) storetest.Harness {
@@ -77,7 +77,7 @@ func (d dialect) harness(t *testing.T, opts ...gormstore.Option) storetest.Harne
 }
 
 // ordersTx is storetest's TxHooks on a fresh orders table of db: rows written through
-// gormstore.DB, committed ones counted on db.
+// gormstore.MustDB, committed ones counted on db.
 func ordersTx(t *testing.T, db *gorm.DB) *storetest.TxHooks {
 	table := testdb.Name("orders")
 	require.NoError(t, db.Table(table).AutoMigrate(&order{}), "migrate the orders table")

@@ -22,12 +22,12 @@ var ErrNoTx = errors.New("gormstore: no transaction in context")
 var errEnded = errors.New("gormstore: the request's transaction has ended (completed or released)")
 
 // ErrTxOwned is the error of Commit and Rollback on the *gorm.DB that DB returns for a
-// keyed request (DB(ctx).Commit().Error): the store commits the request's transaction
+// keyed request (MustDB(ctx).Commit().Error): the store commits the request's transaction
 // together with the recorded response, or rolls it back when the request fails, so the
 // handler cannot end it; the refused call ends nothing. Answer with an error status (5xx)
-// to roll back. Nested transactions (DB(ctx).Transaction, savepoints) are the handler's
+// to roll back. Nested transactions (MustDB(ctx).Transaction, savepoints) are the handler's
 // own. A transaction set with WithTx is the caller's: DB hands it back as it is. It wraps
-// storage.ErrTxOwned (core.ErrTxOwned), which every store's refusal wraps.
+// storage.ErrTxOwned (storage.ErrTxOwned), which every store's refusal wraps.
 var ErrTxOwned = fmt.Errorf("gormstore: the idempotency transaction is committed by the store with the response; "+
 	"do not Commit or Rollback it in the handler: %w", storage.ErrTxOwned)
 
@@ -125,19 +125,19 @@ func (t *ownedTx) Commit() error { return ErrTxOwned }
 // Rollback implements gorm.TxCommitter: refused, nothing is sent.
 func (t *ownedTx) Rollback() error { return ErrTxOwned }
 
-// GetDBConn implements gorm.GetDBConnector, so that DB(ctx).DB() returns the pool, as it
+// GetDBConn implements gorm.GetDBConnector, so that MustDB(ctx).DB() returns the pool, as it
 // does on a plain GORM transaction.
 func (t *ownedTx) GetDBConn() (*sql.DB, error) { return t.db.DB() }
 
 // WithTx returns ctx carrying tx, so that code written for handlers, which reaches its
-// transaction with DB(ctx), also runs inside a transaction the caller already has
+// transaction with MustDB(ctx), also runs inside a transaction the caller already has
 // (a background job, a test, or a service method called from another transaction):
 //
 //	err := db.Transaction(func(tx *gorm.DB) error {
 //		return createOrder(gormstore.WithTx(ctx, tx), order)
 //	})
 //
-// It only sets what DB returns: Store.Claim always opens its own transaction. WithTx
+// It only sets what MustDB returns: Store.Claim always opens its own transaction. WithTx
 // panics when tx is nil.
 func WithTx(ctx context.Context, tx *gorm.DB) context.Context {
 	if tx == nil {
@@ -146,7 +146,7 @@ func WithTx(ctx context.Context, tx *gorm.DB) context.Context {
 	return context.WithValue(ctx, ctxKey{}, &holder{tx: tx, base: tx, callers: true})
 }
 
-// DB returns the transaction of the request ctx belongs to, bound to ctx: the
+// MustDB returns the transaction of the request ctx belongs to, bound to ctx: the
 // *gorm.DB a handler behind the idem middleware uses for its business writes, so that
 // they commit together with the key's response (atomic mode) or with the phase that
 // runs them (phased mode, inside Lock.Phase / core.Operation.Phase).
@@ -165,21 +165,21 @@ func WithTx(ctx context.Context, tx *gorm.DB) context.Context {
 // SQLite SQLITE_FULL…; see ErrRolledBack), every later operation fails with an error
 // wrapping ErrRolledBack, and nothing of the request is kept.
 //
-// DB panics when ctx carries no transaction: the route is not behind the middleware, the
+// MustDB panics when ctx carries no transaction: the route is not behind the middleware, the
 // request had no key, or the context did not come from the request (nor from WithTx).
 // Writing outside the transaction would silently lose the guarantee, so there is no
 // fallback to the plain database; use DBFromContext where the transaction is optional.
-func DB(ctx context.Context) *gorm.DB {
+func MustDB(ctx context.Context) *gorm.DB {
 	db, ok := DBFromContext(ctx)
 	if !ok {
-		panic(fmt.Sprintf("%v: gormstore.DB needs the context of a request handled by the idem middleware with a key, "+
+		panic(fmt.Sprintf("%v: gormstore.MustDB needs the context of a request handled by the idem middleware with a key, "+
 			"or one made by gormstore.WithTx; use gormstore.DBFromContext where there may be none", ErrNoTx))
 	}
 	return db
 }
 
-// DBFromContext is DB without the panic: it returns the transaction and true when ctx
-// carries one, and nil and false when it does not. As with DB, a transaction that could
+// DBFromContext is MustDB without the panic: it returns the transaction and true when ctx
+// carries one, and nil and false when it does not. As with MustDB, a transaction that could
 // not be opened (or has ended) is returned with true, carrying its error in the Error
 // field.
 func DBFromContext(ctx context.Context) (*gorm.DB, bool) {

@@ -26,16 +26,16 @@ func TestDBWithoutTransaction(t *testing.T) {
 			t.Fatalf("DB panicked with %q, want a message naming ErrNoTx and DBFromContext", msg)
 		}
 	}()
-	gormstore.DB(t.Context())
+	gormstore.MustDB(t.Context())
 }
 
-// TestWithTx: code written against gormstore.DB runs in a transaction the caller already
+// TestWithTx: code written against gormstore.MustDB runs in a transaction the caller already
 // has, and commits or rolls back with it.
 func TestWithTx(t *testing.T) {
 	t.Parallel()
 	db := withOrders(t, openSQLite(t))
 	createOrder := func(ctx context.Context, ref string) error {
-		return gormstore.DB(ctx).Create(&order{Ref: ref}).Error
+		return gormstore.MustDB(ctx).Create(&order{Ref: ref}).Error
 	}
 	errAbort := errors.New("abort")
 	err := db.Transaction(func(tx *gorm.DB) error {

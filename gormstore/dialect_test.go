@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // liteError stands for the SQLite driver's error, read through its Code method.
@@ -36,29 +36,29 @@ func TestWrap(t *testing.T) {
 		err  error
 		want error // nil: neither sentinel
 	}{
-		{&pgconn.PgError{Code: "55P03"}, core.ErrInProgress},
-		{&pgconn.PgError{Code: "57014"}, core.ErrInProgress},
-		{&pgconn.PgError{Code: "40001"}, core.ErrTransient},
-		{&pgconn.PgError{Code: "40P01"}, core.ErrTransient},
+		{&pgconn.PgError{Code: "55P03"}, storage.ErrInProgress},
+		{&pgconn.PgError{Code: "57014"}, storage.ErrInProgress},
+		{&pgconn.PgError{Code: "40001"}, storage.ErrTransient},
+		{&pgconn.PgError{Code: "40P01"}, storage.ErrTransient},
 		{&pgconn.PgError{Code: "23505"}, nil},
-		{fmt.Errorf("driver: %w", &pgconn.PgError{Code: "40001"}), core.ErrTransient},
-		{&mysql.MySQLError{Number: 1205}, core.ErrInProgress},
-		{&mysql.MySQLError{Number: 1213}, core.ErrTransient},
+		{fmt.Errorf("driver: %w", &pgconn.PgError{Code: "40001"}), storage.ErrTransient},
+		{&mysql.MySQLError{Number: 1205}, storage.ErrInProgress},
+		{&mysql.MySQLError{Number: 1213}, storage.ErrTransient},
 		{&mysql.MySQLError{Number: 1062}, nil},
-		{fmt.Errorf("driver: %w", &mysql.MySQLError{Number: 1205}), core.ErrInProgress},
-		{errors.Join(errors.New("rollback"), &mysql.MySQLError{Number: 1213}), core.ErrTransient},
-		{&numbered{Number: 1205}, nil},       // recognised by its type, not its shape
-		{liteError(5), core.ErrInProgress},   // SQLITE_BUSY
-		{liteError(261), core.ErrInProgress}, // SQLITE_BUSY_RECOVERY
-		{liteError(6), core.ErrInProgress},   // SQLITE_LOCKED
-		{liteError(19), nil},                 // SQLITE_CONSTRAINT
-		{errors.New("database is locked"), core.ErrInProgress},
+		{fmt.Errorf("driver: %w", &mysql.MySQLError{Number: 1205}), storage.ErrInProgress},
+		{errors.Join(errors.New("rollback"), &mysql.MySQLError{Number: 1213}), storage.ErrTransient},
+		{&numbered{Number: 1205}, nil},          // recognised by its type, not its shape
+		{liteError(5), storage.ErrInProgress},   // SQLITE_BUSY
+		{liteError(261), storage.ErrInProgress}, // SQLITE_BUSY_RECOVERY
+		{liteError(6), storage.ErrInProgress},   // SQLITE_LOCKED
+		{liteError(19), nil},                    // SQLITE_CONSTRAINT
+		{errors.New("database is locked"), storage.ErrInProgress},
 		{errors.New("connection refused"), nil},
 	}
 	for _, tc := range cases {
 		got := wrap(context.Background(), "claim", tc.err)
 		assert.ErrorIs(t, got, tc.err, "wrap(%v) lost the driver's error", tc.err)
-		for _, sentinel := range []error{core.ErrInProgress, core.ErrTransient} {
+		for _, sentinel := range []error{storage.ErrInProgress, storage.ErrTransient} {
 			assert.Equal(t, sentinel == tc.want, errors.Is(got, sentinel), "wrap(%v) = %v: errors.Is(%v)", tc.err, got, sentinel)
 		}
 	}
@@ -67,7 +67,7 @@ func TestWrap(t *testing.T) {
 	cancel()
 	got := wrap(ctx, "claim", &pgconn.PgError{Code: "57014"}) // what a cancelled query reports
 	assert.ErrorIs(t, got, context.Canceled, "a query cancelled with its context")
-	assert.NotErrorIs(t, got, core.ErrInProgress, "a query cancelled with its context is not a lock wait")
+	assert.NotErrorIs(t, got, storage.ErrInProgress, "a query cancelled with its context is not a lock wait")
 	assert.NoError(t, wrap(ctx, "claim", nil))
 }
 

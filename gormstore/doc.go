@@ -15,7 +15,7 @@
 //
 //	func createOrder(w http.ResponseWriter, r *http.Request) {
 //		order := Order{Amount: 42}
-//		if err := gormstore.DB(r.Context()).Create(&order).Error; err != nil {
+//		if err := gormstore.MustDB(r.Context()).Create(&order).Error; err != nil {
 //			http.Error(w, "could not create the order", http.StatusInternalServerError) // 5xx: rolled back, key released
 //			return
 //		}
@@ -25,7 +25,7 @@
 //
 // # The handler's transaction
 //
-// DB(ctx) returns the request's *gorm.DB, bound to its transaction and to ctx. It panics
+// MustDB(ctx) returns the request's *gorm.DB, bound to its transaction and to ctx. It panics
 // when ctx carries none (the route is not behind the middleware, or had no key): writing
 // outside the transaction would silently lose the guarantee, so there is no fallback to
 // the plain database. DBFromContext reports false instead. WithTx puts a transaction
@@ -54,7 +54,7 @@
 // write lock that an open phase or final transaction holds).
 //
 // In either mode the handler cannot end the request's transaction: Commit and Rollback
-// on what DB returns fail with ErrTxOwned and send nothing (DB(ctx).Transaction nests
+// on what MustDB returns fail with ErrTxOwned and send nothing (MustDB(ctx).Transaction nests
 // with savepoints, as GORM does in a transaction). In atomic mode a phase's function runs
 // under a savepoint: if it fails, its writes are rolled back and the request's earlier
 // ones stay.
@@ -146,7 +146,7 @@
 // atomic mode a keyed request holds the write lock while its handler runs, so concurrent
 // keyed requests, whatever their keys, run one after the other and one that waits longer
 // than the lock wait gets 409. Use phased mode (core.Config.Mode) where handlers are slow.
-// A handler that writes through the plain *gorm.DB instead of DB(ctx) waits for its own
+// A handler that writes through the plain *gorm.DB instead of MustDB(ctx) waits for its own
 // request's write lock until busy_timeout runs out.
 // The store's other statements wait up to the connection's busy_timeout (the driver's
 // default is 5s). SQLite runs in the application's process, so the store uses the

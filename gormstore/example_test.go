@@ -27,7 +27,7 @@ type Order struct {
 	Amount int
 }
 
-// A handler behind the middleware writes through gormstore.DB(r.Context()): the order and
+// A handler behind the middleware writes through gormstore.MustDB(r.Context()): the order and
 // the key's recorded response commit together, so a retry replays the response and never
 // creates a second order. (SQLite here, so the example runs anywhere.)
 func Example() {
@@ -51,7 +51,7 @@ func Example() {
 
 	createOrder := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		order := Order{Amount: 42}
-		if err := gormstore.DB(r.Context()).Create(&order).Error; err != nil {
+		if err := gormstore.MustDB(r.Context()).Create(&order).Error; err != nil {
 			http.Error(w, "could not create the order", http.StatusInternalServerError)
 			return
 		}
@@ -82,7 +82,7 @@ func Example() {
 	// orders: 1
 }
 
-// Code that reaches its transaction with gormstore.DB also runs inside a transaction the
+// Code that reaches its transaction with gormstore.MustDB also runs inside a transaction the
 // caller already has, such as a background job's.
 func ExampleWithTx() {
 	dir, err := os.MkdirTemp("", "gormstore-example")
@@ -98,7 +98,7 @@ func ExampleWithTx() {
 		log.Fatal(err)
 	}
 	createOrder := func(ctx context.Context, amount int) error {
-		return gormstore.DB(ctx).Create(&Order{Amount: amount}).Error
+		return gormstore.MustDB(ctx).Create(&Order{Amount: amount}).Error
 	}
 
 	err = db.Transaction(func(tx *gorm.DB) error {

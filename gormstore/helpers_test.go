@@ -13,7 +13,6 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
-	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
 	"github.com/idemkit/idem/internal/reliability"
@@ -142,7 +141,7 @@ func countOrders(t testing.TB, db *gorm.DB, ref string) int64 {
 func claimFor(key, body string, mode storage.Mode) storage.Claim {
 	sum := sha256.Sum256([]byte("POST /orders\n" + body))
 	return storage.Claim{Scope: "tenant", Key: key, Fingerprint: sum[:], Method: http.MethodPost, Path: "/orders",
-		Mode: mode, Lease: core.DefaultLease, LockWait: core.DefaultLockWait, Retention: storage.DefaultRetention}
+		Mode: mode, Lease: 60 * time.Second, LockWait: 2 * time.Second, Retention: storage.DefaultRetention}
 }
 
 // mustLock claims c and requires a lock, released at the end of the test if still held.

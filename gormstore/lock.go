@@ -46,7 +46,7 @@ func (l *lock) endTx() {
 
 var _ storage.Lock = (*lock)(nil)
 
-// Context implements storage.Lock.Context: ctx carrying the transaction DB returns. In
+// Context implements storage.Lock.Context: ctx carrying the transaction MustDB returns. In
 // atomic mode it is the claim's; in phased mode it opens on the first DB call, bound to
 // this ctx, and commits in Complete with the response.
 func (l *lock) Context(ctx context.Context) context.Context {
@@ -99,7 +99,7 @@ func fenced(ctx context.Context, op string, res *gorm.DB) error {
 }
 
 // Phase implements storage.Lock.Phase. In phased mode fn's transaction opens on its first
-// DB call; if fn never uses it, the new recovery point commits on its own. Once the
+// MustDB call; if fn never uses it, the new recovery point commits on its own. Once the
 // handler has opened the request's final transaction, Phase refuses to start
 // (storage.ErrFinalTxOpen): a phase of its own would need a second connection, and one
 // that took the final transaction over would commit the writes made before it, which a

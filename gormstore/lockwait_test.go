@@ -76,7 +76,7 @@ func TestPostgresHandlerRunsUnderTheLockWait(t *testing.T) {
 			lock := mustLock(t, s, c)
 			ctx, cancel := context.WithTimeout(lock.Context(t.Context()), handlerWaitBound)
 			defer cancel()
-			tx := gormstore.DB(ctx)
+			tx := gormstore.MustDB(ctx)
 			assert.Equal(t, "250ms", lockSetting(t, tx, "postgres"), "the handler's lock_timeout")
 			require.NoError(t, tx.Create(&order{Ref: "k"}).Error)
 			waited := tx.Exec(`UPDATE stock SET n = n - 1 WHERE id = 1`).Error
@@ -115,10 +115,10 @@ func TestPostgresPhasedHandlerKeepsItsLockTimeout(t *testing.T) {
 	lock := mustLock(t, s, c)
 	ctx := lock.Context(t.Context())
 	require.NoError(t, lock.Phase(ctx, "charged", func(ctx context.Context) error {
-		assert.Equal(t, own, lockSetting(t, gormstore.DB(ctx), "postgres"), "a phase's lock_timeout")
+		assert.Equal(t, own, lockSetting(t, gormstore.MustDB(ctx), "postgres"), "a phase's lock_timeout")
 		return nil
 	}))
-	assert.Equal(t, own, lockSetting(t, gormstore.DB(ctx), "postgres"), "the final transaction's lock_timeout")
+	assert.Equal(t, own, lockSetting(t, gormstore.MustDB(ctx), "postgres"), "the final transaction's lock_timeout")
 	require.NoError(t, lock.Complete(t.Context(), created))
 	assert.Equal(t, own, lockSetting(t, db, "postgres"), "the connection back in the pool")
 }

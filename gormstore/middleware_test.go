@@ -28,7 +28,7 @@ func createOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o := order{Ref: in.Ref, Amount: in.Amount}
-	if err := gormstore.DB(r.Context()).Create(&o).Error; err != nil {
+	if err := gormstore.MustDB(r.Context()).Create(&o).Error; err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
 )
@@ -25,7 +24,7 @@ func TestPhased(t *testing.T) {
 				s := migrated(t, db)
 				lock := mustLock(t, s, claimFor("k", "a", storage.ModePhased))
 				ctx := lock.Context(t.Context())
-				if err := gormstore.DB(ctx).Create(&order{Ref: "final"}).Error; err != nil {
+				if err := gormstore.MustDB(ctx).Create(&order{Ref: "final"}).Error; err != nil {
 					t.Fatalf("create: %v", err)
 				}
 				if n := countOrders(t, db, "final"); n != 0 {
@@ -37,7 +36,7 @@ func TestPhased(t *testing.T) {
 				if n := countOrders(t, db, "final"); n != 1 {
 					t.Fatalf("%d orders after Complete, want 1", n)
 				}
-				if err := gormstore.DB(ctx).Create(&order{Ref: "late"}).Error; err == nil {
+				if err := gormstore.MustDB(ctx).Create(&order{Ref: "late"}).Error; err == nil {
 					t.Fatal("a write through the completed lock's context succeeded")
 				}
 				if tx, ok := gormstore.DBFromContext(ctx); !ok || tx.Error == nil {
@@ -49,7 +48,7 @@ func TestPhased(t *testing.T) {
 				db := withOrders(t, d.open(t))
 				s := migrated(t, db)
 				lock := mustLock(t, s, claimFor("k", "a", storage.ModePhased))
-				if err := gormstore.DB(lock.Context(t.Context())).Create(&order{Ref: "final"}).Error; err != nil {
+				if err := gormstore.MustDB(lock.Context(t.Context())).Create(&order{Ref: "final"}).Error; err != nil {
 					t.Fatalf("create: %v", err)
 				}
 				if err := lock.Release(t.Context()); err != nil {
@@ -68,7 +67,7 @@ func TestPhased(t *testing.T) {
 				lock := mustLock(t, s, c)
 				ctx := lock.Context(t.Context())
 				err := lock.Phase(ctx, "charged", func(ctx context.Context) error {
-					return gormstore.DB(ctx).Create(&order{Ref: "charged"}).Error
+					return gormstore.MustDB(ctx).Create(&order{Ref: "charged"}).Error
 				})
 				if err != nil {
 					t.Fatalf("Phase: %v", err)
@@ -77,7 +76,7 @@ func TestPhased(t *testing.T) {
 					t.Fatalf("%d orders after the phase committed, want 1", n)
 				}
 				err = lock.Phase(ctx, "emailed", func(ctx context.Context) error {
-					if err := gormstore.DB(ctx).Create(&order{Ref: "emailed"}).Error; err != nil {
+					if err := gormstore.MustDB(ctx).Create(&order{Ref: "emailed"}).Error; err != nil {
 						return err
 					}
 					return errProvider
@@ -106,11 +105,11 @@ func TestPhased(t *testing.T) {
 				s := migrated(t, db)
 				lock := mustLock(t, s, claimFor("k", "a", storage.ModePhased))
 				ctx := lock.Context(t.Context())
-				if err := gormstore.DB(ctx).Create(&order{Ref: "before"}).Error; err != nil {
+				if err := gormstore.MustDB(ctx).Create(&order{Ref: "before"}).Error; err != nil {
 					t.Fatalf("create: %v", err)
 				}
 				err := lock.Phase(ctx, "charged", func(ctx context.Context) error {
-					return gormstore.DB(ctx).Create(&order{Ref: "in-phase"}).Error
+					return gormstore.MustDB(ctx).Create(&order{Ref: "in-phase"}).Error
 				})
 				if !errors.Is(err, storage.ErrFinalTxOpen) {
 					t.Fatalf("Phase after the request's transaction opened: %v, want storage.ErrFinalTxOpen", err)
@@ -118,7 +117,7 @@ func TestPhased(t *testing.T) {
 				if b, p := countOrders(t, db, "before"), countOrders(t, db, "in-phase"); b != 0 || p != 0 {
 					t.Fatalf("after the refused phase: %d orders written before it and %d in it, want 0 and 0", b, p)
 				}
-				if err := gormstore.DB(ctx).Create(&order{Ref: "after"}).Error; err != nil {
+				if err := gormstore.MustDB(ctx).Create(&order{Ref: "after"}).Error; err != nil {
 					t.Fatalf("create after the phase: %v", err)
 				}
 				if err := lock.Complete(t.Context(), created); err != nil {
@@ -136,21 +135,21 @@ func TestPhased(t *testing.T) {
 				c.Lease = 100 * time.Millisecond
 				stale := mustLock(t, s, c)
 				ctx := stale.Context(t.Context())
-				c.Lease = core.DefaultLease
+				c.Lease = 60 * time.Second
 				fresh := takeOver(t, s, c)
 				err := stale.Phase(ctx, "charged", func(ctx context.Context) error {
-					if err := gormstore.DB(ctx).Create(&order{Ref: "stale-phase"}).Error; err != nil {
+					if err := gormstore.MustDB(ctx).Create(&order{Ref: "stale-phase"}).Error; err != nil {
 						return err // SQLite: the transaction's first statement already saw the lost lease
 					}
 					return nil
 				})
-				if !errors.Is(err, core.ErrLeaseLost) {
+				if !errors.Is(err, storage.ErrLeaseLost) {
 					t.Fatalf("stale Phase: %v, want ErrLeaseLost", err)
 				}
-				if err := gormstore.DB(ctx).Create(&order{Ref: "stale-final"}).Error; err != nil && !errors.Is(err, core.ErrLeaseLost) {
+				if err := gormstore.MustDB(ctx).Create(&order{Ref: "stale-final"}).Error; err != nil && !errors.Is(err, storage.ErrLeaseLost) {
 					t.Fatalf("stale write: %v", err)
 				}
-				if err := stale.Complete(t.Context(), created); !errors.Is(err, core.ErrLeaseLost) {
+				if err := stale.Complete(t.Context(), created); !errors.Is(err, storage.ErrLeaseLost) {
 					t.Fatalf("stale Complete: %v, want ErrLeaseLost", err)
 				}
 				if n := countOrders(t, db, ""); n != 0 {

@@ -47,7 +47,7 @@ func TestPostgresPgxstoreTable(t *testing.T) {
 	// Atomic: a write through the handler's transaction commits with the response.
 	c := claimFor("atomic", "a", storage.ModeAtomic)
 	lock := mustLock(t, s, c)
-	if err := gormstore.DB(lock.Context(t.Context())).Create(&order{Ref: "atomic"}).Error; err != nil {
+	if err := gormstore.MustDB(lock.Context(t.Context())).Create(&order{Ref: "atomic"}).Error; err != nil {
 		t.Fatal(err)
 	}
 	if err := lock.Complete(t.Context(), created); err != nil {

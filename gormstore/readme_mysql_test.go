@@ -53,7 +53,7 @@ func TestMySQLAsTheREADMEOpensIt(t *testing.T) {
 
 	createOrder := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		order := Order{Amount: 42}
-		if err := gormstore.DB(r.Context()).Create(&order).Error; err != nil {
+		if err := gormstore.MustDB(r.Context()).Create(&order).Error; err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}

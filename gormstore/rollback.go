@@ -12,7 +12,7 @@ import (
 )
 
 // ErrRolledBack is wrapped, together with the database's own error, by the error of every
-// statement sent through DB(ctx) after the database rolled the request's transaction back
+// statement sent through MustDB(ctx) after the database rolled the request's transaction back
 // on its own, and by what Complete and Phase then return: on MySQL/MariaDB a deadlock
 // (1213), or a lock wait timeout (1205) on a server started with
 // innodb_rollback_on_timeout=ON; on SQLite the errors after which SQLite may have rolled
@@ -211,7 +211,7 @@ func (g *txGuard) Rollback() error {
 	return g.tx.Rollback()
 }
 
-// GetDBConn implements gorm.GetDBConnector, so that DB(ctx).DB() still returns the
+// GetDBConn implements gorm.GetDBConnector, so that MustDB(ctx).DB() still returns the
 // pool, as it does on a plain GORM transaction.
 func (g *txGuard) GetDBConn() (*sql.DB, error) { return g.db.DB() }
 

@@ -21,7 +21,7 @@ import (
 // it carried on in what it took to be its transaction.
 type handlerAfterRollback struct {
 	cause             error // the error of the statement the database rolled back
-	exec, query, row  error // a later INSERT, SELECT and QueryRow through gormstore.DB(ctx)
+	exec, query, row  error // a later INSERT, SELECT and QueryRow through gormstore.MustDB(ctx)
 	phase, completion error
 }
 
@@ -53,7 +53,7 @@ func isDeadlock(err error) bool {
 
 // TestMySQLDeadlockInHandlerKeepsNothing: InnoDB answers a deadlock by rolling the whole
 // transaction back and carries on in autocommit. A handler that swallows the deadlock and
-// goes on writing through gormstore.DB(ctx) has every later statement refused with an
+// goes on writing through gormstore.MustDB(ctx) has every later statement refused with an
 // error wrapping ErrRolledBack and the deadlock, so none commits on its own; the
 // completion (or the phase) fails the same way, sending nothing but ROLLBACK, not as a
 // lost lease; and the key is not recorded, so a retry claims it afresh. In atomic mode
@@ -100,7 +100,7 @@ func TestMySQLDeadlockInHandlerKeepsNothing(t *testing.T) {
 				done.Go(func() {
 					h := &got[i]
 					body := func(ctx context.Context) error {
-						tx := gormstore.DB(ctx)
+						tx := gormstore.MustDB(ctx)
 						err := tx.Exec("UPDATE " + tables[i] + " SET n = n - 1 WHERE id = 1").Error
 						firstLocks.Done()
 						if err != nil {
@@ -182,7 +182,7 @@ func TestMySQLLockWaitTimeoutInHandler(t *testing.T) {
 
 	ref := testdb.Name("k")
 	lock := mustLock(t, s, claimFor(ref, "a", storage.ModeAtomic))
-	tx := gormstore.DB(lock.Context(t.Context()))
+	tx := gormstore.MustDB(lock.Context(t.Context()))
 	// The connection's own lock wait, put back for the pool before the test ends.
 	require.NoError(t, tx.Exec("SET @lock_wait = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = 1").Error)
 	waited := tx.Exec("UPDATE " + tbl + " SET n = n - 1 WHERE id = 1").Error
@@ -224,7 +224,7 @@ func TestSQLiteFullInHandlerKeepsNothing(t *testing.T) {
 	for _, mode := range []storage.Mode{storage.ModeAtomic, storage.ModePhased} {
 		ref := testdb.Name("k")
 		lock := mustLock(t, s, claimFor(ref, "a", mode))
-		tx := gormstore.DB(lock.Context(t.Context()))
+		tx := gormstore.MustDB(lock.Context(t.Context()))
 		big := make([]byte, 64<<10)
 		full := tx.Exec("INSERT INTO orders (ref, amount) VALUES (?, 0)", string(big)).Error
 		var lite interface{ Code() int }
@@ -257,7 +257,7 @@ func TestDBIsStillAGormTransaction(t *testing.T) {
 				s := migrated(t, db)
 				ref := testdb.Name("k")
 				lock := mustLock(t, s, claimFor(ref, "a", storage.ModeAtomic))
-				tx := gormstore.DB(lock.Context(t.Context()))
+				tx := gormstore.MustDB(lock.Context(t.Context()))
 				pool, err := tx.DB()
 				require.NoError(t, err)
 				want, err := db.DB()
@@ -293,7 +293,7 @@ func TestAtomicCompleteOfAVanishedClaimIsNotALostLease(t *testing.T) {
 			require.NoError(t, s.Migrate(t.Context()))
 			key := testdb.Name("k")
 			lock := mustLock(t, s, claimFor(key, "a", storage.ModeAtomic))
-			tx := gormstore.DB(lock.Context(t.Context()))
+			tx := gormstore.MustDB(lock.Context(t.Context()))
 			require.NoError(t, tx.Exec("DELETE FROM "+table+" WHERE idem_key = ?", key).Error)
 			err := lock.Complete(t.Context(), created)
 			require.Error(t, err)

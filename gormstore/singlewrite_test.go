@@ -52,7 +52,7 @@ func TestAtomicClaimFollowsTheTransactionsLevel(t *testing.T) {
 
 			c := claimFor("k", "a", storage.ModeAtomic)
 			lock := mustLock(t, s, c)
-			tx := gormstore.DB(lock.Context(t.Context()))
+			tx := gormstore.MustDB(lock.Context(t.Context()))
 			var level string
 			var advisory, rows int
 			require.NoError(t, tx.Raw(`SELECT current_setting('transaction_isolation')`).Scan(&level).Error)
@@ -98,7 +98,7 @@ func TestAtomicTwinRecordedFirst(t *testing.T) {
 	c := claimFor("twin", "a", storage.ModeAtomic)
 	first, second := mustLock(t, s, c), mustLock(t, s, c)
 	for _, l := range []storage.Lock{first, second} {
-		require.NoError(t, gormstore.DB(l.Context(t.Context())).Exec(`INSERT INTO `+schema+`.orders (key) VALUES (?)`, c.Key).Error)
+		require.NoError(t, gormstore.MustDB(l.Context(t.Context())).Exec(`INSERT INTO `+schema+`.orders (key) VALUES (?)`, c.Key).Error)
 	}
 	require.NoError(t, first.Complete(t.Context(), created))
 	err = second.Complete(t.Context(), created)
@@ -129,7 +129,7 @@ func TestAtomicTwinWaitsInTheClaimStatement(t *testing.T) {
 	c := claimFor("k", "a", storage.ModeAtomic)
 	holder := mustLock(t, s, c)
 	var pid int32
-	require.NoError(t, gormstore.DB(holder.Context(t.Context())).Raw("SELECT pg_backend_pid()").Scan(&pid).Error)
+	require.NoError(t, gormstore.MustDB(holder.Context(t.Context())).Raw("SELECT pg_backend_pid()").Scan(&pid).Error)
 	twin := make(chan storage.Lock, 1)
 	go func() {
 		retry := c
@@ -145,7 +145,7 @@ func TestAtomicTwinWaitsInTheClaimStatement(t *testing.T) {
 
 	l := <-twin
 	require.NotNil(t, l, "the twin of a released claim gets the key")
-	assert.Equal(t, "10s", lockSetting(t, gormstore.DB(l.Context(t.Context())), "postgres"),
+	assert.Equal(t, "10s", lockSetting(t, gormstore.MustDB(l.Context(t.Context())), "postgres"),
 		"the twin's handler runs under the twin's lock wait")
 	require.NoError(t, l.Complete(t.Context(), created))
 	assert.Equal(t, 2, log.claims(), "one claim statement each: the twin did not claim again")

@@ -12,10 +12,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-)
 
-// DefaultHeader is the header the key is sent in unless Transport.Header names another.
-const DefaultHeader = "Idempotency-Key"
+	"github.com/idemkit/idem/core"
+)
 
 // ReplayedHeader is the header an idem server adds, with the value "true", to a response
 // it replays from a finished earlier attempt instead of running the request again.
@@ -65,7 +64,7 @@ const drainLimit = 64 << 10
 // Transport keeps no state between requests and is safe for concurrent use; it must not
 // be changed while in use. It does not modify the caller's request: each attempt is a
 // clone carrying the key, which is therefore on the response's Request
-// (resp.Request.Header.Get(DefaultHeader)).
+// (resp.Request.Header.Get(core.DefaultHeaderName)).
 type Transport struct {
 	// Base sends each attempt. Default: http.DefaultTransport.
 	Base http.RoundTripper
@@ -75,7 +74,7 @@ type Transport struct {
 	// default.
 	Methods []string
 
-	// Header is the name of the key's header. Default: DefaultHeader ("Idempotency-Key").
+	// Header is the name of the key's header. Default: core.DefaultHeaderName ("Idempotency-Key").
 	Header string
 
 	// MaxAttempts caps the attempts of one logical request, the first included; 1 turns
@@ -267,7 +266,7 @@ func (t *Transport) header() string {
 	if t.Header != "" {
 		return t.Header
 	}
-	return DefaultHeader
+	return core.DefaultHeaderName
 }
 
 func (t *Transport) maxAttempts() int {

@@ -48,7 +48,7 @@ func TestEveryAttemptSendsOneKeyAndTheSameBody(t *testing.T) {
 	}
 	assert.Equal(t, idemclient.Result{Key: res.Key, Attempts: 3}, res)
 	assert.Len(t, clk.Waits(), 2)
-	assert.Equal(t, res.Key, resp.Request.Header.Get(idemclient.DefaultHeader), "the key is on the response's request")
+	assert.Equal(t, res.Key, resp.Request.Header.Get(core.DefaultHeaderName), "the key is on the response's request")
 }
 
 // TestTwoRequestsGetTwoKeys: a key belongs to one logical request.
@@ -458,7 +458,7 @@ func TestInProgressIsWaitedOutToTheReplay(t *testing.T) {
 	require.Len(t, infos, 1)
 	assert.Equal(t, http.StatusConflict, infos[0].Status)
 	assert.True(t, infos[0].RetryAfter)
-	assert.Equal(t, []time.Duration{core.DefaultRetryAfter}, waited, "idem's Retry-After, waited")
+	assert.Equal(t, []time.Duration{time.Second}, waited, "idem's Retry-After, waited")
 	assert.EqualValues(t, 1, calls.Load())
 }
 

@@ -2,9 +2,8 @@
 // one call adds to each keyed operation what a client, and an SDK generator deciding
 // what it may retry, needs to know.
 //
-//	policy, err := ordersConfig.Policy() // the core.Config given to ginidem, echoidem or core.New
-//	…
-//	err = idemopenapi.Add(doc, map[string]core.Policy{"POST /v1/orders": policy})
+//	orders := eng.Policy() // the engine given to ginidem, echoidem or Middleware
+//	err := idemopenapi.Add(doc, map[string]policy.Policy{"POST /v1/orders": orders})
 //
 // For each operation named ("METHOD /path", the path as the document has it or as a
 // Gin, Echo or ServeMux route spells it: "/v1/orders/:id" is "/v1/orders/{id}"), Add

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/policy"
 	"github.com/idemkit/idem/idemopenapi"
 )
 
@@ -21,12 +22,11 @@ func ExampleAdd() {
 	create.Responses = openapi3.NewResponses(openapi3.WithStatus(201, &openapi3.ResponseRef{Value: openapi3.NewResponse().WithDescription("Created")}))
 	doc.AddOperation("/v1/orders", "POST", create)
 
-	cfg := core.Config{Store: memstore.New()} // the Config the route's middleware is built from
-	policy, err := cfg.Policy()
+	eng, err := core.New(core.Config{Store: memstore.New()}) // the engine the route's middleware runs
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := idemopenapi.Add(doc, map[string]core.Policy{"POST /v1/orders": policy}); err != nil {
+	if err := idemopenapi.Add(doc, map[string]policy.Policy{"POST /v1/orders": eng.Policy()}); err != nil {
 		log.Fatal(err)
 	}
 	if err := doc.Validate(context.Background()); err != nil {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 
-	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/policy"
 )
 
 // ProblemSchema is the name of the RFC 9457 problem schema Add puts in the document's
@@ -36,11 +36,11 @@ var ErrNoOperation = errors.New("idemopenapi: no such operation in the document"
 // the key's parameter, the Idempotent-Replayed and Retry-After headers, the problem
 // responses and the x-idempotency extension (see the package doc). It fails, changing
 // nothing, when a key is malformed or names an operation doc does not have.
-func Add(doc *openapi3.T, policies map[string]core.Policy) error {
+func Add(doc *openapi3.T, policies map[string]policy.Policy) error {
 	type target struct {
 		name string
 		op   *openapi3.Operation
-		p    core.Policy
+		p    policy.Policy
 		ext  any // p as JSON
 	}
 	var targets []target
@@ -101,7 +101,7 @@ func PathTemplate(route string) string {
 }
 
 // addTo adds p's contract, and ext (p as JSON), to op; schema is the problem schema.
-func addTo(op *openapi3.Operation, p core.Policy, ext any, schema *openapi3.Schema) {
+func addTo(op *openapi3.Operation, p policy.Policy, ext any, schema *openapi3.Schema) {
 	if op.Extensions == nil {
 		op.Extensions = map[string]any{}
 	}
@@ -129,7 +129,7 @@ func addTo(op *openapi3.Operation, p core.Policy, ext any, schema *openapi3.Sche
 		}})
 	}
 
-	byStatus := map[int][]core.Answer{}
+	byStatus := map[int][]policy.Answer{}
 	for _, a := range p.Answers {
 		if a.Problem != "" {
 			byStatus[a.Status] = append(byStatus[a.Status], a)
@@ -150,7 +150,7 @@ func addTo(op *openapi3.Operation, p core.Policy, ext any, schema *openapi3.Sche
 }
 
 // keyParameter is the header parameter of p's key.
-func keyParameter(p core.Policy) *openapi3.Parameter {
+func keyParameter(p policy.Policy) *openapi3.Parameter {
 	s := openapi3.NewStringSchema().WithMinLength(int64(p.Key.MinLength)).WithMaxLength(int64(p.Key.MaxLength))
 	param := openapi3.NewHeaderParameter(p.Key.Name).WithRequired(p.Key.Required).WithSchema(s)
 	var b strings.Builder
@@ -169,7 +169,7 @@ func keyParameter(p core.Policy) *openapi3.Parameter {
 }
 
 // summary is the paragraph Add appends to the operation's description.
-func summary(p core.Policy) string {
+func summary(p policy.Policy) string {
 	var where string
 	switch p.Key.In {
 	case "header":
@@ -197,7 +197,7 @@ func withParagraph(description, paragraph string) string {
 }
 
 // addProblems documents answers, idem's problems of one status, on r.
-func addProblems(r *openapi3.Response, answers []core.Answer, p core.Policy, schema *openapi3.Schema) {
+func addProblems(r *openapi3.Response, answers []policy.Answer, p policy.Policy, schema *openapi3.Schema) {
 	var lines []string
 	examples := openapi3.Examples{}
 	retry := false
@@ -281,7 +281,7 @@ func problemSchema(docs string) *openapi3.Schema {
 
 // docsOf is the URL of the page documenting p's problems: their type URIs without the
 // kind and the fragment.
-func docsOf(p core.Policy) string {
+func docsOf(p policy.Policy) string {
 	for _, a := range p.Answers {
 		if a.Problem != "" {
 			base := strings.TrimSuffix(a.Type, string(a.Problem))
@@ -294,7 +294,7 @@ func docsOf(p core.Policy) string {
 
 // stored reports whether a response documented under code ("201", "4XX", "default")
 // may be a replay.
-func stored(set core.Statuses, code string) bool {
+func stored(set policy.Statuses, code string) bool {
 	if code == "default" {
 		return true
 	}
@@ -314,7 +314,7 @@ func stored(set core.Statuses, code string) bool {
 
 // policyValue is p as the generic JSON value an extension holds, so that the document
 // marshals the same in JSON and YAML.
-func policyValue(p core.Policy) (any, error) {
+func policyValue(p policy.Policy) (any, error) {
 	b, err := json.Marshal(p)
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/policy"
 	"github.com/idemkit/idem/idemopenapi"
 )
 
@@ -43,13 +44,14 @@ func api() *openapi3.T {
 	return doc
 }
 
-func policyOf(t *testing.T, cfg core.Config) core.Policy {
+func policyOf(t *testing.T, cfg core.Config) policy.Policy {
 	t.Helper()
 	if cfg.Store == nil {
 		cfg.Store = memstore.New(memstore.WithRetention(24 * time.Hour))
 	}
-	p, err := cfg.Policy()
+	eng, err := core.New(cfg)
 	require.NoError(t, err)
+	p := eng.Policy()
 	p.Scope = "the account named by X-Account-ID"
 	return p
 }
@@ -73,7 +75,7 @@ func header(t *testing.T, op *openapi3.Operation, name string) *openapi3.Paramet
 
 func TestAddDocumentsEachKeyedOperation(t *testing.T) {
 	doc := api()
-	require.NoError(t, idemopenapi.Add(doc, map[string]core.Policy{
+	require.NoError(t, idemopenapi.Add(doc, map[string]policy.Policy{
 		"POST /v1/orders":   policyOf(t, core.Config{}),
 		"POST /v1/payments": policyOf(t, core.Config{LeaseWait: 2 * time.Second}),
 		"POST /v1/webhooks": policyOf(t, core.Config{Key: core.KeyFromJSON("id")}),
@@ -139,7 +141,7 @@ func TestAddDocumentsEachKeyedOperation(t *testing.T) {
 // The document survives JSON: what a server publishes loads and validates.
 func TestAddedDocumentLoadsAndValidates(t *testing.T) {
 	doc := api()
-	require.NoError(t, idemopenapi.Add(doc, map[string]core.Policy{"POST /v1/orders": policyOf(t, core.Config{})}))
+	require.NoError(t, idemopenapi.Add(doc, map[string]policy.Policy{"POST /v1/orders": policyOf(t, core.Config{})}))
 	loaded, err := openapi3.NewLoader().LoadFromData([]byte(marshal(t, doc)))
 	require.NoError(t, err)
 	require.NoError(t, loaded.Validate(t.Context()))
@@ -148,7 +150,7 @@ func TestAddedDocumentLoadsAndValidates(t *testing.T) {
 
 func TestAddTwiceChangesNothing(t *testing.T) {
 	doc := api()
-	policies := map[string]core.Policy{"POST /v1/orders": policyOf(t, core.Config{}), "POST /v1/webhooks": policyOf(t, core.Config{Key: core.KeyFromJSON("id")})}
+	policies := map[string]policy.Policy{"POST /v1/orders": policyOf(t, core.Config{}), "POST /v1/webhooks": policyOf(t, core.Config{Key: core.KeyFromJSON("id")})}
 	require.NoError(t, idemopenapi.Add(doc, policies))
 	once := marshal(t, doc)
 	require.NoError(t, idemopenapi.Add(doc, policies))
@@ -157,7 +159,7 @@ func TestAddTwiceChangesNothing(t *testing.T) {
 
 func TestOptionalKeyAndOtherHeader(t *testing.T) {
 	doc := api()
-	require.NoError(t, idemopenapi.Add(doc, map[string]core.Policy{
+	require.NoError(t, idemopenapi.Add(doc, map[string]policy.Policy{
 		"POST /v1/orders":   policyOf(t, core.Config{KeyOptional: true, MinKeyLength: 16}),
 		"POST /v1/webhooks": policyOf(t, core.Config{Key: core.KeyFromHeader("X-GitHub-Delivery")}),
 	}))
@@ -182,11 +184,11 @@ func TestAddRefusesWhatTheDocumentLacks(t *testing.T) {
 	} {
 		doc := api()
 		before := marshal(t, doc)
-		err := idemopenapi.Add(doc, map[string]core.Policy{"POST /v1/payments": policyOf(t, core.Config{}), key: policyOf(t, core.Config{})})
+		err := idemopenapi.Add(doc, map[string]policy.Policy{"POST /v1/payments": policyOf(t, core.Config{}), key: policyOf(t, core.Config{})})
 		require.Error(t, err, name)
 		assert.Equal(t, before, marshal(t, doc), "%s: nothing changed", name)
 	}
-	err := idemopenapi.Add(api(), map[string]core.Policy{"POST /v1/refunds": policyOf(t, core.Config{})})
+	err := idemopenapi.Add(api(), map[string]policy.Policy{"POST /v1/refunds": policyOf(t, core.Config{})})
 	assert.ErrorIs(t, err, idemopenapi.ErrNoOperation)
 }
 
@@ -204,7 +206,7 @@ func TestRoutePatternsNameTheirOperation(t *testing.T) {
 		assert.Equal(t, want, idemopenapi.PathTemplate(route), route)
 	}
 	p := policyOf(t, core.Config{Methods: []string{"GET"}})
-	require.NoError(t, idemopenapi.Add(doc, map[string]core.Policy{"GET /v1/orders/:id": p}))
+	require.NoError(t, idemopenapi.Add(doc, map[string]policy.Policy{"GET /v1/orders/:id": p}))
 	assert.NotNil(t, doc.Paths.Value("/v1/orders/{id}").Get.Extensions[idemopenapi.Extension])
 }
 

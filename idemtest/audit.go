@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/policy"
 )
 
 // Route is one route of an app: its method and its pattern as the router spells it
@@ -107,10 +108,10 @@ type AuditTarget struct {
 	// audited route, so that the list does not outlive the routes it excuses.
 	Allow []string
 
-	// Policies holds the policy of each keyed route (core.Config.Policy), by "METHOD
+	// Policies holds the policy of each keyed route (core.Engine.Policy), by "METHOD
 	// /path" in the router's spelling or as an OpenAPI template ("/v1/orders/{id}"): the
 	// report prints each guarded route's record. Default: none (no records).
-	Policies map[string]core.Policy
+	Policies map[string]policy.Policy
 
 	// Methods are the unsafe methods audited. Default: DefaultUnsafeMethods (POST, PUT,
 	// PATCH, DELETE).
@@ -122,7 +123,7 @@ type AuditTarget struct {
 	Placeholder string
 
 	// KeyHeader names the key's header, which the audit never sends (it is removed from
-	// Header). Default: DefaultKeyHeader.
+	// Header). Default: core.DefaultHeaderName.
 	KeyHeader string
 
 	// Timeout bounds the whole audit. Default: DefaultAuditTimeout (60s).
@@ -163,7 +164,7 @@ type RouteAudit struct {
 	// Note says what a verdict other than guarded may mean.
 	Note string `json:"note,omitempty"`
 	// Policy is the guarded route's policy, when AuditTarget.Policies has it.
-	Policy *core.Policy `json:"policy,omitempty"`
+	Policy *policy.Policy `json:"policy,omitempty"`
 }
 
 // AuditReport is what an audit found.
@@ -205,7 +206,7 @@ func (r AuditReport) Count(v Verdict) int {
 }
 
 // WriteText writes the report for people: a line per unsafe route, a summary, then the
-// record (core.Policy.Markdown) of each guarded route whose policy is known.
+// record (policy.Policy.Markdown) of each guarded route whose policy is known.
 func (r AuditReport) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "idem audit: %s: %d unsafe routes audited, %d of other methods not\n", r.Target, len(r.Routes), r.Safe)
@@ -397,7 +398,7 @@ func (a AuditTarget) withDefaults() (AuditTarget, error) {
 		a.Placeholder = DefaultPlaceholder
 	}
 	if a.KeyHeader == "" {
-		a.KeyHeader = DefaultKeyHeader
+		a.KeyHeader = core.DefaultHeaderName
 	}
 	if a.Timeout <= 0 {
 		a.Timeout = DefaultAuditTimeout
@@ -427,7 +428,7 @@ func fill(pattern, v string) string {
 
 // policyOf finds route's policy: by "METHOD /path" as spelled, or by any key whose
 // method matches and whose path fills to the same path (":id" and "{id}" alike).
-func policyOf(policies map[string]core.Policy, route Route, v string) (core.Policy, bool) {
+func policyOf(policies map[string]policy.Policy, route Route, v string) (policy.Policy, bool) {
 	if p, ok := policies[route.String()]; ok {
 		return p, true
 	}
@@ -438,5 +439,5 @@ func policyOf(policies map[string]core.Policy, route Route, v string) (core.Poli
 			return p, true
 		}
 	}
-	return core.Policy{}, false
+	return policy.Policy{}, false
 }

@@ -14,8 +14,10 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/policy"
 	"github.com/idemkit/idem/ginidem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/adaptertest"
 )
 
 // app is a small API on ServeMux: POST /v1/orders is guarded by idem; POST /v1/login
@@ -68,10 +70,11 @@ func newApp() *app {
 }
 
 func (a *app) target(t *testing.T) idemtest.AuditTarget {
-	p, err := a.cfg.Policy()
+	eng, err := core.New(a.cfg)
 	require.NoError(t, err)
+	p := eng.Policy()
 	return idemtest.AuditTarget{Handler: a.handler(), Routes: a.routes(), Header: http.Header{"X-Account": {"alice"}},
-		Policies: map[string]core.Policy{"POST /v1/orders": p}}
+		Policies: map[string]policy.Policy{"POST /v1/orders": p}}
 }
 
 func verdicts(rep idemtest.AuditReport) map[string]idemtest.Verdict {
@@ -240,7 +243,7 @@ func TestAuditOfAGinApp(t *testing.T) {
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	api := r.Group("/v1", func(c *gin.Context) { c.Set("account", c.GetHeader("X-Account")) })
-	mw := ginidem.New(ginidem.Config{Scope: func(c *gin.Context) string { return c.GetString("account") }, Config: core.Config{Store: memstore.New()}})
+	mw := ginidem.New(adaptertest.Engine(core.Config{Store: memstore.New()}), ginidem.Config{Scope: func(c *gin.Context) string { return c.GetString("account") }})
 	api.POST("/orders", mw, func(c *gin.Context) { c.Status(http.StatusCreated) })
 	api.POST("/orders/:id/cancel", func(c *gin.Context) { c.Status(http.StatusOK) })
 	rec := &recorder{TB: t}

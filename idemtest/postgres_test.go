@@ -13,6 +13,7 @@ import (
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/ginidem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/adaptertest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/pgxstore"
 )
@@ -35,7 +36,7 @@ func TestGinOnPostgresPassesEveryCheck(t *testing.T) {
 	r := gin.New()
 	r.Use(gin.Recovery())
 	auth := func(c *gin.Context) { c.Set("account", c.GetHeader("X-Account")) }
-	idem := ginidem.New(ginidem.Config{Scope: func(c *gin.Context) string { return c.GetString("account") }, Config: core.Config{Store: store}})
+	idem := ginidem.New(adaptertest.Engine(core.Config{Store: store}), ginidem.Config{Scope: func(c *gin.Context) string { return c.GetString("account") }})
 	r.POST("/v1/orders", auth, idem, func(c *gin.Context) {
 		var in struct {
 			Item string `json:"item"`
@@ -46,7 +47,7 @@ func TestGinOnPostgresPassesEveryCheck(t *testing.T) {
 		}
 		ctx := c.Request.Context()
 		var id int64
-		if err := pgxstore.Tx(ctx).QueryRow(ctx, `INSERT INTO orders (account, item) VALUES ($1, $2) RETURNING id`,
+		if err := pgxstore.MustTx(ctx).QueryRow(ctx, `INSERT INTO orders (account, item) VALUES ($1, $2) RETURNING id`,
 			c.GetString("account"), in.Item).Scan(&id); err != nil {
 			c.AbortWithStatusJSON(http.StatusInternalServerError, gin.H{"error": err.Error()})
 			return

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/core"
 )
 
 // Defaults of the Target fields.
@@ -18,8 +20,6 @@ const (
 	DefaultTimeout = 60 * time.Second
 	// DefaultRequestTimeout bounds each request.
 	DefaultRequestTimeout = 10 * time.Second
-	// DefaultKeyHeader is the request header carrying the key.
-	DefaultKeyHeader = "Idempotency-Key"
 )
 
 // Target is the route under test and how to reach it: exactly one of Handler and URLs.
@@ -57,7 +57,7 @@ type Target struct {
 	// JSON and Header sets none.
 	Header http.Header
 
-	// KeyHeader is the header that carries the key. Default: DefaultKeyHeader.
+	// KeyHeader is the header that carries the key. Default: core.DefaultHeaderName.
 	KeyHeader string
 
 	// SideEffects, when set, counts the route's side effect (rows in its table, calls
@@ -123,7 +123,7 @@ func (t Target) withDefaults() (Target, error) {
 		t.Body = func(int) []byte { return nil }
 	}
 	if t.KeyHeader == "" {
-		t.KeyHeader = DefaultKeyHeader
+		t.KeyHeader = core.DefaultHeaderName
 	}
 	if t.Parallel == 0 {
 		t.Parallel = DefaultParallel

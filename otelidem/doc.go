@@ -28,8 +28,9 @@
 //
 //	hooks, err := otelidem.New()
 //	if err != nil { … }
-//	r.Use(otelgin.Middleware("orders"), ginidem.New(ginidem.Config{Scope: scope,
-//		Config: core.Config{Store: store, Hooks: hooks}}))
+//	eng, err := core.New(core.Config{Store: store, Hooks: hooks})
+//	if err != nil { … }
+//	r.Use(otelgin.Middleware("orders"), ginidem.New(eng, ginidem.Config{Scope: scope}))
 //
 // core.JoinHooks runs it beside promidem.
 package otelidem

@@ -129,7 +129,7 @@ func floorOp(ctx context.Context, e *floorEnv, key string) error {
 	return err
 }
 
-// idemOp creates the order through the store: Claim, the INSERT through pgxstore.Tx,
+// idemOp creates the order through the store: Claim, the INSERT through pgxstore.MustTx,
 // Complete.
 func idemOp(mode storage.Mode) func(ctx context.Context, e *floorEnv, key string) error {
 	return func(ctx context.Context, e *floorEnv, key string) error {
@@ -141,7 +141,7 @@ func idemOp(mode storage.Mode) func(ctx context.Context, e *floorEnv, key string
 			return fmt.Errorf("key %q: no lock", key)
 		}
 		lctx := lock.Context(ctx)
-		if _, err := pgxstore.Tx(lctx).Exec(lctx, e.insertOrder, key, 100); err != nil {
+		if _, err := pgxstore.MustTx(lctx).Exec(lctx, e.insertOrder, key, 100); err != nil {
 			_ = lock.Release(ctx)
 			return err
 		}
@@ -162,7 +162,7 @@ var floorVariants = []floorVariant{
 // BenchmarkFloor creates orders in parallel (16 clients on a pool of 16, a fresh key
 // each) in every way of floorVariants, side by side in one run: bare (BEGIN; INSERT order;
 // COMMIT), the floor (bare plus one completed key row before COMMIT) and the store in each
-// mode through Store.Claim / pgxstore.Tx / Lock.Complete. Each variant writes to tables of
+// mode through Store.Claim / pgxstore.MustTx / Lock.Complete. Each variant writes to tables of
 // its own. It logs each variant's throughput relative to the floor; compare ratios within
 // one run only (the machine is shared):
 //
@@ -322,7 +322,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		insert := "INSERT INTO " + schema + ".orders (idem_key, amount) VALUES ($1, $2)"
 		h := eng.Middleware(func(*http.Request) string { return "bench" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ctx := r.Context()
-			if _, err := pgxstore.Tx(ctx).Exec(ctx, insert, core.OperationFrom(ctx).Key(), 100); err != nil {
+			if _, err := pgxstore.MustTx(ctx).Exec(ctx, insert, core.MustOperation(ctx).Key(), 100); err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}

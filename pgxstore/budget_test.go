@@ -169,8 +169,8 @@ func TestStatementBudget(t *testing.T) {
 			require.NoError(t, err)
 			h := eng.Middleware(func(*http.Request) string { return "acme" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				ctx := r.Context()
-				if _, err := pgxstore.Tx(ctx).Exec(ctx, fmt.Sprintf(`INSERT INTO %s.orders (idem_key) VALUES ($1)`, schema),
-					core.OperationFrom(ctx).Key()); err != nil {
+				if _, err := pgxstore.MustTx(ctx).Exec(ctx, fmt.Sprintf(`INSERT INTO %s.orders (idem_key) VALUES ($1)`, schema),
+					core.MustOperation(ctx).Key()); err != nil {
 					http.Error(w, err.Error(), http.StatusInternalServerError)
 					return
 				}

@@ -14,7 +14,7 @@
 //
 //	func createOrder(w http.ResponseWriter, r *http.Request) {
 //		var id int64
-//		err := pgxstore.Tx(r.Context()).QueryRow(r.Context(),
+//		err := pgxstore.MustTx(r.Context()).QueryRow(r.Context(),
 //			`INSERT INTO orders (amount) VALUES ($1) RETURNING id`, 100).Scan(&id)
 //		if err != nil {
 //			http.Error(w, "could not create the order", http.StatusInternalServerError) // 5xx: rolled back
@@ -36,7 +36,7 @@
 //     what the twin committed, so it replays. lock_timeout is set for the transaction (so
 //     the handler's own statements run under it too; SET LOCAL lock_timeout again if they
 //     need longer).
-//   - The handler writes through Tx(ctx).
+//   - The handler writes through MustTx(ctx).
 //   - A storable response: a plain INSERT of the completed key row and COMMIT go in one
 //     round trip, before the response is sent. The primary key is the final arbiter: where
 //     the lock did not serialise (an engine that accepts the call and does not lock), the
@@ -66,7 +66,7 @@
 // a renewed lease, checked against the token; after a lease runs out, the next retry with
 // the same request takes the key over (UPDATE … WHERE locked_until <= now() RETURNING: one
 // winner) and the stale worker's phase, completion or release fails with
-// storage.ErrLeaseLost. Outside phases, Tx(ctx) begins the request's final transaction on
+// storage.ErrLeaseLost. Outside phases, MustTx(ctx) begins the request's final transaction on
 // first use (never a second connection while phases run; a phase after it is refused with
 // storage.ErrFinalTxOpen) and Complete commits it with the response. While the handler
 // runs, the engine renews the lease (Renew: one fenced UPDATE on a connection of its own).

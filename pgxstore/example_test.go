@@ -37,7 +37,7 @@ func Example() {
 	createOrder := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
 		var id int64
-		err := pgxstore.Tx(ctx).QueryRow(ctx, `INSERT INTO orders (amount) VALUES ($1) RETURNING id`, 100).Scan(&id)
+		err := pgxstore.MustTx(ctx).QueryRow(ctx, `INSERT INTO orders (amount) VALUES ($1) RETURNING id`, 100).Scan(&id)
 		if err != nil {
 			// A 5xx rolls back: no order, no key; the client may retry with the same key.
 			http.Error(w, "could not create the order", http.StatusInternalServerError)
@@ -74,10 +74,10 @@ func ExampleStore_Schema() {
 func ExampleTx_phases() {
 	handler := func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
-		op := core.OperationFrom(ctx)
+		op := core.MustOperation(ctx)
 		err := op.Phase(ctx, "charged", func(ctx context.Context) error {
 			// The phase's own transaction: commits with the recovery point "charged".
-			_, err := pgxstore.Tx(ctx).Exec(ctx, `INSERT INTO charges (key) VALUES ($1)`, op.DerivedKey("charge"))
+			_, err := pgxstore.MustTx(ctx).Exec(ctx, `INSERT INTO charges (key) VALUES ($1)`, op.DerivedKey("charge"))
 			return err
 		})
 		if err != nil {
@@ -85,7 +85,7 @@ func ExampleTx_phases() {
 			return
 		}
 		// Outside phases: the request's final transaction, committed with the response.
-		if _, err := pgxstore.Tx(ctx).Exec(ctx, `INSERT INTO orders (key) VALUES ($1)`, op.Key()); err != nil {
+		if _, err := pgxstore.MustTx(ctx).Exec(ctx, `INSERT INTO orders (key) VALUES ($1)`, op.Key()); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
@@ -95,7 +95,7 @@ func ExampleTx_phases() {
 	http.Handle("POST /payments", http.HandlerFunc(handler))
 }
 
-// Code written against pgxstore.Tx runs outside the middleware too, in a transaction the
+// Code written against pgxstore.MustTx runs outside the middleware too, in a transaction the
 // caller manages.
 func ExampleWithTx() {
 	ctx := context.Background()
@@ -119,6 +119,6 @@ func ExampleWithTx() {
 
 // archiveOrders is service code shared by a keyed HTTP handler and a nightly job.
 func archiveOrders(ctx context.Context) error {
-	_, err := pgxstore.Tx(ctx).Exec(ctx, `UPDATE orders SET archived = true WHERE created_at < now() - interval '1 year'`)
+	_, err := pgxstore.MustTx(ctx).Exec(ctx, `UPDATE orders SET archived = true WHERE created_at < now() - interval '1 year'`)
 	return err
 }

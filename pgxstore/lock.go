@@ -124,7 +124,7 @@ func (l *atomicLock) Renew(context.Context) error { return nil }
 // UPDATE of the row this transaction wrote or locked in the claim: if the INSERT fails (a
 // twin recorded the key first) the transaction is aborted and the COMMIT sent with it
 // commits nothing. No other transaction can change the row the UPDATE targets (this one
-// holds its lock), but the handler can, through pgxstore.Tx: an UPDATE that then misses
+// holds its lock), but the handler can, through pgxstore.MustTx: an UPDATE that then misses
 // its row is reported as an error, and on a connection of its own the COMMIT sent in the
 // same round trip has already committed the handler's writes without a record.
 func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
@@ -284,7 +284,7 @@ func (l *phasedLock) Resumed() bool { return l.takenOver }
 // second connection (a deadlock with a small pool), and the final writes made before it
 // would run again on a retry that resumes after the phase.
 var errFinalOpen = fmt.Errorf("pgxstore: Phase called after the handler opened the request's final transaction "+
-	"(pgxstore.Tx outside a phase): %w", storage.ErrFinalTxOpen)
+	"(pgxstore.MustTx outside a phase): %w", storage.ErrFinalTxOpen)
 
 // Phase runs fn with a transaction of its own (opened when fn first asks for it) and
 // commits it with point as the new recovery point and a renewed lease, fenced by the

@@ -102,9 +102,9 @@ func (s *shop) createOrder() http.HandlerFunc {
 			return
 		}
 		ctx := r.Context()
-		op := core.OperationFrom(ctx)
+		op := core.MustOperation(ctx)
 		var id int64
-		err := pgxstore.Tx(ctx).QueryRow(ctx,
+		err := pgxstore.MustTx(ctx).QueryRow(ctx,
 			fmt.Sprintf(`INSERT INTO %s.orders (idem_key, amount, customer_id) VALUES ($1, $2, $3) RETURNING id`, s.schema),
 			op.Key(), in.Amount, in.Customer).Scan(&id)
 		if err != nil {
@@ -235,7 +235,7 @@ func TestMiddlewareParallelIdentical(t *testing.T) {
 				}
 				ctx := r.Context()
 				var pid int32
-				if err := pgxstore.Tx(ctx).QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				if err := pgxstore.MustTx(ctx).QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 					t.Errorf("the first request's backend: %v", err)
 					return http.StatusInternalServerError
 				}
@@ -441,10 +441,10 @@ func TestMiddlewareTakeover(t *testing.T) {
 		return func(w http.ResponseWriter, r *http.Request) {
 			attempt := s.calls.Add(1)
 			ctx := r.Context()
-			op := core.OperationFrom(ctx)
+			op := core.MustOperation(ctx)
 			insert := func(table string) func(ctx context.Context) error {
 				return func(ctx context.Context) error {
-					_, err := pgxstore.Tx(ctx).Exec(ctx, fmt.Sprintf(`INSERT INTO %s.%s VALUES ($1)`, s.schema, table), op.Key())
+					_, err := pgxstore.MustTx(ctx).Exec(ctx, fmt.Sprintf(`INSERT INTO %s.%s VALUES ($1)`, s.schema, table), op.Key())
 					return err
 				}
 			}
@@ -464,7 +464,7 @@ func TestMiddlewareTakeover(t *testing.T) {
 				return
 			}
 			var id int64
-			err := pgxstore.Tx(ctx).QueryRow(ctx, fmt.Sprintf(
+			err := pgxstore.MustTx(ctx).QueryRow(ctx, fmt.Sprintf(
 				`INSERT INTO %s.orders (idem_key, amount, customer_id) VALUES ($1, 1, 1) RETURNING id`, s.schema),
 				op.Key()).Scan(&id)
 			if err != nil {
@@ -492,7 +492,7 @@ func TestMiddlewareTakeover(t *testing.T) {
 	if retry.status != http.StatusCreated || !strings.Contains(string(retry.body), `"resumed":true`) {
 		t.Fatalf("retry after the lease ran out: got %v, want 201 from a resumed attempt", retry)
 	}
-	if err := <-staleErr; !errors.Is(err, core.ErrLeaseLost) {
+	if err := <-staleErr; !errors.Is(err, storage.ErrLeaseLost) {
 		t.Fatalf("the stale attempt's phase returned %v, want ErrLeaseLost", err)
 	}
 	if stale.status != http.StatusConflict {

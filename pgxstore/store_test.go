@@ -22,7 +22,7 @@ import (
 // the store supports, with both atomic claims: the default single write (the key's
 // advisory lock, the completed row inserted at Complete; at REPEATABLE READ it writes the
 // row first) and WithClaimRowFirst; each subtest has its own schema, with an orders
-// table written through pgxstore.Tx, and the stall tests a pool behind a fault proxy.
+// table written through pgxstore.MustTx, and the stall tests a pool behind a fault proxy.
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	for _, v := range []struct {
@@ -74,7 +74,7 @@ func requestTx(ctx context.Context) (pgx.Tx, error) {
 }
 
 // ordersTx is storetest's TxHooks on a fresh orders table in schema: rows written through
-// pgxstore.Tx, committed ones counted on pool.
+// pgxstore.MustTx, committed ones counted on pool.
 func ordersTx(t *testing.T, pool *pgxpool.Pool, schema string) *storetest.TxHooks {
 	table := pgx.Identifier{schema, "orders"}.Sanitize()
 	exec(t, pool, "CREATE TABLE "+table+" (id bigserial PRIMARY KEY, label text NOT NULL)")

@@ -23,7 +23,7 @@ var ErrNoTx = errors.New("pgxstore: no idempotency transaction in context")
 // commits it together with the recorded response (or rolls it back when the request
 // fails), so the handler must not end it itself. Return an error status (5xx) to roll
 // back; nested transactions (tx.Begin) are the handler's to commit or roll back. It wraps
-// storage.ErrTxOwned (core.ErrTxOwned), which every store's refusal wraps.
+// storage.ErrTxOwned (storage.ErrTxOwned), which every store's refusal wraps.
 var ErrTxOwned = fmt.Errorf("pgxstore: the idempotency transaction is committed by the store with the response; "+
 	"do not Commit or Rollback it in the handler: %w", storage.ErrTxOwned)
 
@@ -39,9 +39,9 @@ type fixed struct{ t pgx.Tx }
 
 func (f fixed) tx(context.Context) (pgx.Tx, error) { return f.t, nil }
 
-// WithTx returns a copy of ctx carrying tx, so code that gets its transaction with Tx or
+// WithTx returns a copy of ctx carrying tx, so code that gets its transaction with MustTx or
 // TxFromContext runs outside the middleware too (a job, a script, a test) in a transaction the
-// caller manages. Tx then returns tx itself.
+// caller manages. MustTx then returns tx itself.
 func WithTx(ctx context.Context, tx pgx.Tx) context.Context {
 	if tx == nil {
 		panic("pgxstore: WithTx needs a transaction")
@@ -49,27 +49,27 @@ func WithTx(ctx context.Context, tx pgx.Tx) context.Context {
 	return context.WithValue(ctx, ctxKey{}, fixed{tx})
 }
 
-// Tx returns the transaction of the keyed request whose context is ctx: in atomic mode
+// MustTx returns the transaction of the keyed request whose context is ctx: in atomic mode
 // the claim's transaction (the handler's writes commit with the recorded response, or
 // not at all); in phased mode, inside a phase, the phase's transaction, and outside the
 // phases the request's final transaction, begun on this first call and committed with the
 // response. It is valid until the handler returns; do not Commit or Rollback it
 // (ErrTxOwned).
 //
-// Tx panics when ctx carries no transaction (a route not behind the middleware, or an
+// MustTx panics when ctx carries no transaction (a route not behind the middleware, or an
 // optional key that was absent): use TxFromContext there. If beginning the final transaction
 // fails, the returned transaction reports that error from every method.
-func Tx(ctx context.Context) pgx.Tx {
+func MustTx(ctx context.Context) pgx.Tx {
 	tx, ok := TxFromContext(ctx)
 	if !ok {
-		panic(fmt.Errorf("%w: call pgxstore.Tx from a handler behind the idem middleware on a keyed route, "+
+		panic(fmt.Errorf("%w: call pgxstore.MustTx from a handler behind the idem middleware on a keyed route, "+
 			"or on a context from pgxstore.WithTx; use pgxstore.TxFromContext where there may be none", ErrNoTx))
 	}
 	return tx
 }
 
-// TxFromContext is Tx without the panic: it returns the transaction and true when ctx
-// carries one, and nil and false when it does not. As with Tx, a transaction that could
+// TxFromContext is MustTx without the panic: it returns the transaction and true when ctx
+// carries one, and nil and false when it does not. As with MustTx, a transaction that could
 // not begin (or has ended) is returned with true and reports its error from every method.
 func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 	src, ok := ctx.Value(ctxKey{}).(source)

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/pgxstore"
@@ -43,7 +42,7 @@ func thingsTable(t *testing.T, db pgxstore.DB, schema string) string {
 }
 
 func insertThing(ctx context.Context, table, v string) error {
-	_, err := pgxstore.Tx(ctx).Exec(ctx, "INSERT INTO "+table+" (v) VALUES ($1)", v)
+	_, err := pgxstore.MustTx(ctx).Exec(ctx, "INSERT INTO "+table+" (v) VALUES ($1)", v)
 	return err
 }
 
@@ -71,7 +70,7 @@ func TestTxFromContext(t *testing.T) {
 				t.Fatalf("Tx without a transaction: recovered %v, want ErrNoTx naming the middleware", p)
 			}
 		}()
-		pgxstore.Tx(ctx)
+		pgxstore.MustTx(ctx)
 	}()
 
 	tx, err := sharedPool(t).Begin(ctx)
@@ -80,7 +79,7 @@ func TestTxFromContext(t *testing.T) {
 	}
 	defer tx.Rollback(ctx)
 	wctx := pgxstore.WithTx(ctx, tx)
-	if got := pgxstore.Tx(wctx); got != tx {
+	if got := pgxstore.MustTx(wctx); got != tx {
 		t.Fatalf("Tx(WithTx(ctx, tx)) = %v, want tx", got)
 	}
 	if got, ok := pgxstore.TxFromContext(wctx); got != tx || !ok {
@@ -102,22 +101,22 @@ func TestAtomicTx(t *testing.T) {
 	if err := insertThing(ctx, table, "released"); err != nil {
 		t.Fatal(err)
 	}
-	if err := pgxstore.Tx(ctx).Commit(ctx); !errors.Is(err, pgxstore.ErrTxOwned) {
+	if err := pgxstore.MustTx(ctx).Commit(ctx); !errors.Is(err, pgxstore.ErrTxOwned) {
 		t.Fatalf("handler Commit: %v, want ErrTxOwned", err)
 	}
-	if err := pgxstore.Tx(ctx).Rollback(ctx); !errors.Is(err, pgxstore.ErrTxOwned) {
+	if err := pgxstore.MustTx(ctx).Rollback(ctx); !errors.Is(err, pgxstore.ErrTxOwned) {
 		t.Fatalf("handler Rollback: %v, want ErrTxOwned", err)
 	}
 	if err := lock.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pgxstore.Tx(ctx).Exec(ctx, "SELECT 1"); !errors.Is(err, pgx.ErrTxClosed) {
+	if _, err := pgxstore.MustTx(ctx).Exec(ctx, "SELECT 1"); !errors.Is(err, pgx.ErrTxClosed) {
 		t.Fatalf("Exec after Release: %v, want ErrTxClosed", err)
 	}
 
 	lock = mustLock(t, store, testClaim("completed", storage.ModeAtomic))
 	ctx = lock.Context(t.Context())
-	tx := pgxstore.Tx(ctx)
+	tx := pgxstore.MustTx(ctx)
 	if err := insertThing(ctx, table, "completed"); err != nil {
 		t.Fatal(err)
 	}
@@ -284,10 +283,10 @@ func TestErrorMapping(t *testing.T) {
 	twin.LockWait = 50 * time.Millisecond
 	_, _, err := store.Claim(t.Context(), twin)
 	var pgErr *pgconn.PgError
-	if !errors.Is(err, core.ErrInProgress) || !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+	if !errors.Is(err, storage.ErrInProgress) || !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
 		t.Fatalf("twin of an open claim: %v, want ErrInProgress wrapping SQLSTATE 55P03", err)
 	}
-	if _, _, err := store.Claim(t.Context(), storage.Claim{Mode: storage.Mode(42)}); !errors.Is(err, core.ErrUnsupportedMode) {
+	if _, _, err := store.Claim(t.Context(), storage.Claim{Mode: storage.Mode(42)}); !errors.Is(err, storage.ErrUnsupportedMode) {
 		t.Fatalf("unknown mode: %v, want ErrUnsupportedMode", err)
 	}
 }
@@ -314,7 +313,7 @@ func TestSingleConn(t *testing.T) {
 		if mode == storage.ModeAtomic {
 			other := testClaim("other", mode)
 			other.LockWait = 50 * time.Millisecond
-			if _, _, err := store.Claim(t.Context(), other); !errors.Is(err, core.ErrTransient) {
+			if _, _, err := store.Claim(t.Context(), other); !errors.Is(err, storage.ErrTransient) {
 				t.Fatalf("a second atomic claim while the connection is in use: %v, want ErrTransient", err)
 			}
 		}
@@ -390,10 +389,10 @@ func TestAtomicTakeover(t *testing.T) {
 	if err := lock.Complete(ctx, &storage.Response{Status: http.StatusCreated, Body: []byte("atomic")}); err != nil {
 		t.Fatal(err)
 	}
-	if err := stale.Phase(ctx, "late", func(context.Context) error { return nil }); !errors.Is(err, core.ErrLeaseLost) {
+	if err := stale.Phase(ctx, "late", func(context.Context) error { return nil }); !errors.Is(err, storage.ErrLeaseLost) {
 		t.Fatalf("stale phase: %v, want ErrLeaseLost", err)
 	}
-	if err := stale.Complete(ctx, &storage.Response{Status: http.StatusOK}); !errors.Is(err, core.ErrLeaseLost) {
+	if err := stale.Complete(ctx, &storage.Response{Status: http.StatusOK}); !errors.Is(err, storage.ErrLeaseLost) {
 		t.Fatalf("stale complete: %v, want ErrLeaseLost", err)
 	}
 	_, rec, err := store.Claim(ctx, c)
@@ -413,7 +412,7 @@ func TestAtomicAbortedTransaction(t *testing.T) {
 	c := testClaim("k", storage.ModeAtomic)
 	lock := mustLock(t, store, c)
 	lctx := lock.Context(ctx)
-	if _, err := pgxstore.Tx(lctx).Exec(lctx, "SELECT 1/0"); err == nil {
+	if _, err := pgxstore.MustTx(lctx).Exec(lctx, "SELECT 1/0"); err == nil {
 		t.Fatal("division by zero succeeded")
 	}
 	if err := lock.Complete(ctx, &storage.Response{Status: http.StatusCreated}); err == nil {

@@ -14,7 +14,9 @@
 //	reg := prometheus.NewRegistry()
 //	hooks, err := promidem.New(reg)
 //	if err != nil { … }
-//	r.Use(ginidem.New(ginidem.Config{Scope: scope, Config: core.Config{Store: store, Hooks: hooks}}))
+//	eng, err := core.New(core.Config{Store: store, Hooks: hooks})
+//	if err != nil { … }
+//	r.Use(ginidem.New(eng, ginidem.Config{Scope: scope}))
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
 // One Hooks serves any number of engines. To tell engines apart, give each its own Hooks

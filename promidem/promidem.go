@@ -11,7 +11,7 @@ import (
 )
 
 // DefaultStoreBuckets returns idem_store_seconds' buckets, in seconds: from half a
-// millisecond (an indexed claim on a local database) to 5s (core.DefaultStoreTimeout), in
+// millisecond (an indexed claim on a local database) to 5s (the default core.Config.StoreTimeout), in
 // a new slice each call.
 func DefaultStoreBuckets() []float64 {
 	return []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}

@@ -56,7 +56,7 @@ func TestReplicaAcksShortAnswers503(t *testing.T) {
 	var runs counts
 	var errs errorsByKey
 	srv := serve(t, store, core.Config{Hooks: errs.hooks()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs.add(core.OperationFrom(r.Context()).Key())
+		runs.add(core.MustOperation(r.Context()).Key())
 		created(w, r)
 	}))
 

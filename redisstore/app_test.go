@@ -141,7 +141,7 @@ func payments(providerURL string, at func(point string), runs func(order string)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
-		op := core.OperationFrom(ctx)
+		op := core.MustOperation(ctx)
 		if runs != nil {
 			runs(op.Key())
 		}
@@ -157,7 +157,7 @@ func payments(providerURL string, at func(point string), runs func(order string)
 			return err
 		})
 		switch {
-		case errors.Is(err, core.ErrLeaseLost):
+		case errors.Is(err, storage.ErrLeaseLost):
 			return // the engine answers 409
 		case err != nil:
 			http.Error(w, err.Error(), http.StatusBadGateway)

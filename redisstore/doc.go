@@ -12,7 +12,7 @@
 //
 //	func pay(w http.ResponseWriter, r *http.Request) {
 //		ctx := r.Context()
-//		op := core.OperationFrom(ctx)
+//		op := core.MustOperation(ctx)
 //		var charge string
 //		err := op.Phase(ctx, "charged", func(ctx context.Context) error {
 //			var err error

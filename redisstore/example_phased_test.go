@@ -43,7 +43,7 @@ type Mailer interface {
 func pay(payments Payments, mailer Mailer) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
-		op := core.OperationFrom(ctx)
+		op := core.MustOperation(ctx)
 		var in struct {
 			AmountCents int64  `json:"amount_cents"`
 			Email       string `json:"email"`

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/internal/redistopo"
 	"github.com/idemkit/idem/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -102,7 +103,7 @@ var deployments = map[string]func(*testing.T) deployment{"cluster": newClusterDe
 func chargeApp(prov *provider, runs *counts, errs *errorsByKey) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
-		op := core.OperationFrom(ctx)
+		op := core.MustOperation(ctx)
 		runs.add(op.Key())
 		var charge string
 		err := op.Phase(ctx, "charged", func(ctx context.Context) error {
@@ -110,7 +111,7 @@ func chargeApp(prov *provider, runs *counts, errs *errorsByKey) http.Handler {
 			return nil
 		})
 		switch {
-		case errors.Is(err, core.ErrLeaseLost):
+		case errors.Is(err, storage.ErrLeaseLost):
 			return // the engine answers 409
 		case errors.Is(err, redisstore.ErrUnavailable):
 			errs.put(op.Key(), err)

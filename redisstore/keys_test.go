@@ -207,7 +207,7 @@ func TestRoundTrips(t *testing.T) {
 	require.NoError(t, err)
 	plain := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
 	phased := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_ = core.OperationFrom(r.Context()).Phase(r.Context(), "charged", func(context.Context) error { return nil })
+		_ = core.MustOperation(r.Context()).Phase(r.Context(), "charged", func(context.Context) error { return nil })
 		w.WriteHeader(http.StatusCreated)
 	}))
 	trips := func(h2 http.Handler, key string) int64 {

@@ -112,7 +112,7 @@ func lossTrial(t *testing.T, d deployment, acks bool, tag string) (c lossCount) 
 	store := redisstore.New(d.client, opts...)
 	var runs counts
 	srv := serve(t, store, core.Config{Lease: failoverLease}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs.add(core.OperationFrom(r.Context()).Key())
+		runs.add(core.MustOperation(r.Context()).Key())
 		created(w, r)
 	}))
 	served, kill := d.victim(t)

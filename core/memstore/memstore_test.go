@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/core/storetest"
@@ -87,7 +86,7 @@ func TestClockDrivesLeaseAndRetention(t *testing.T) {
 	l2 := mustLock(t, s, c) // exactly at LockedUntil the lease has run out
 	assert.True(t, l2.Resumed(), "Resumed after the lease ran out")
 	assert.Equal(t, "charged", l2.RecoveryPoint(), "the takeover resumes from the recorded phase")
-	require.ErrorIs(t, l.Complete(ctx, &storage.Response{Status: 201}), core.ErrLeaseLost, "stale Complete")
+	require.ErrorIs(t, l.Complete(ctx, &storage.Response{Status: 201}), storage.ErrLeaseLost, "stale Complete")
 	complete(t, l2, &storage.Response{Status: 201})
 
 	// Retention: exactly at the limit the key is kept, one tick later it is absent.
@@ -277,7 +276,7 @@ func TestStalePhaseDoesNotRunFn(t *testing.T) {
 	mustLock(t, s, c)
 	called := false
 	err := stale.Phase(context.Background(), "x", func(context.Context) error { called = true; return nil })
-	assert.ErrorIs(t, err, core.ErrLeaseLost, "stale Phase")
+	assert.ErrorIs(t, err, storage.ErrLeaseLost, "stale Phase")
 	assert.False(t, called, "a stale Phase must not run its function")
 }
 
@@ -292,7 +291,7 @@ func TestLeaseLostWhilePhaseRuns(t *testing.T) {
 		mustLock(t, s, c) // another worker takes over while fn runs
 		return nil
 	})
-	require.ErrorIs(t, err, core.ErrLeaseLost)
+	require.ErrorIs(t, err, storage.ErrLeaseLost)
 	assert.Equal(t, storage.RecoveryStarted, mustRecord(t, s, c).RecoveryPoint,
 		"a lock that lost its lease while the phase ran must not record its point")
 }
@@ -306,7 +305,7 @@ func TestModes(t *testing.T) {
 	for _, m := range []storage.Mode{storage.ModeAtomic, storage.Mode(42)} {
 		c.Mode = m
 		l, rec, err := s.Claim(context.Background(), c)
-		assert.ErrorIs(t, err, core.ErrUnsupportedMode, "Claim(mode %v)", m)
+		assert.ErrorIs(t, err, storage.ErrUnsupportedMode, "Claim(mode %v)", m)
 		assert.Nil(t, l, "Claim(mode %v) lock", m)
 		assert.Nil(t, rec, "Claim(mode %v) record", m)
 	}
@@ -439,9 +438,9 @@ func TestStaleLockAfterDeleteAndReclaim(t *testing.T) {
 	require.Equal(t, 1, n, "DeleteExpired deletes the expired key")
 	fresh := mustLock(t, s, claim("old", "b"))
 	assert.False(t, fresh.Resumed(), "the deleted key is claimed afresh, not taken over")
-	assert.ErrorIs(t, stale.Phase(ctx, "x", nil), core.ErrLeaseLost, "stale Phase")
-	assert.ErrorIs(t, stale.Complete(ctx, &storage.Response{Status: 500}), core.ErrLeaseLost, "stale Complete")
-	assert.ErrorIs(t, stale.Release(ctx), core.ErrLeaseLost, "stale Release")
+	assert.ErrorIs(t, stale.Phase(ctx, "x", nil), storage.ErrLeaseLost, "stale Phase")
+	assert.ErrorIs(t, stale.Complete(ctx, &storage.Response{Status: 500}), storage.ErrLeaseLost, "stale Complete")
+	assert.ErrorIs(t, stale.Release(ctx), storage.ErrLeaseLost, "stale Release")
 	complete(t, fresh, &storage.Response{Status: 201})
 	rec := mustRecord(t, s, claim("old", "b"))
 	assert.Equal(t, 201, rec.Response.Status, "the new holder's completion")

@@ -42,7 +42,7 @@ func TestMiddlewareResumesAfterFailure(t *testing.T) {
 	t.Parallel()
 	var charges, emails, runs atomic.Int32
 	h := middleware(t, memstore.New(), func(w http.ResponseWriter, r *http.Request) {
-		op := core.OperationFrom(r.Context())
+		op := core.MustOperation(r.Context())
 		attempt := runs.Add(1)
 		if err := op.Phase(r.Context(), "charged", func(context.Context) error { charges.Add(1); return nil }); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)

@@ -2,9 +2,9 @@ package storage
 
 import "errors"
 
-// Errors a store returns, wrapped with %w. core re-exports each one under the same
-// name (core.ErrInProgress is ErrInProgress), so application code tests core's and
-// store code returns these.
+// Errors a store returns, wrapped with %w; the engine passes them on (Engine.Do's error,
+// Operation.Phase's). They are defined here only: store code returns these, and
+// application code tests them with errors.Is (errors.Is(err, storage.ErrInProgress)).
 var (
 	// ErrInProgress reports that another request holds the key right now: an atomic
 	// claim's lock wait ran out. The client gets 409 with Retry-After.
@@ -32,7 +32,7 @@ var (
 	ErrUnsupportedMode = errors.New("idem: store does not support this mode")
 
 	// ErrTxOwned is wrapped by the error of Commit and Rollback called, through a store's
-	// getter (pgxstore.Tx, gormstore.DB), on the transaction the store hands the
+	// getter (pgxstore.MustTx, gormstore.MustDB), on the transaction the store hands the
 	// handler: the store commits it with the recorded response, or rolls it back when the
 	// request fails, so the handler cannot end it behind the engine's back. Nothing is
 	// committed or rolled back by the refused call.

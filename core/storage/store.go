@@ -187,7 +187,7 @@ type Store interface {
 // until Complete or Release has returned.
 type Lock interface {
 	// Context returns ctx carrying the store's transaction for the handler, reached
-	// through the store's own getter (pgxstore.Tx, gormstore.DB). In ModeAtomic that is
+	// through the store's own getter (pgxstore.MustTx, gormstore.MustDB). In ModeAtomic that is
 	// the claim's transaction. In ModePhased it is the request's final transaction, which
 	// the store opens lazily on first use and commits in Complete together with the
 	// response, so the handler's last writes and the recorded response commit together.

@@ -76,7 +76,7 @@ func testUnreachedRecoveryPoint(s *suite) {
 	key, body := s.httpKey("k"), `{"amount":100}`
 	var charges, shipments atomic.Int32
 	phase := func(w http.ResponseWriter, r *http.Request, name string, count *atomic.Int32) bool {
-		err := core.OperationFrom(r.Context()).Phase(r.Context(), name, func(context.Context) error {
+		err := core.MustOperation(r.Context()).Phase(r.Context(), name, func(context.Context) error {
 			count.Add(1)
 			return nil
 		})
@@ -146,7 +146,7 @@ func testLongPhaseKeepsLease(s *suite) {
 	entered, proceed := make(chan struct{}), make(chan struct{})
 	h := deploy(func(w http.ResponseWriter, r *http.Request) {
 		first := runs.Add(1) == 1
-		err := core.OperationFrom(r.Context()).Phase(r.Context(), "charged", func(context.Context) error {
+		err := core.MustOperation(r.Context()).Phase(r.Context(), "charged", func(context.Context) error {
 			if first {
 				close(entered)
 				<-proceed // the provider answers slowly

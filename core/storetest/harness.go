@@ -31,7 +31,7 @@ type Subject struct {
 	Store storage.Store
 
 	// Tx, when set, reaches the transaction the store hands the handler through the
-	// store's own getter (pgxstore.Tx, gormstore.DB), as a handler would. nil for a
+	// store's own getter (pgxstore.MustTx, gormstore.MustDB), as a handler would. nil for a
 	// store that shares no transaction (memstore, redisstore): the suite's rules about
 	// the handler's writes then have nothing to check.
 	Tx *TxHooks

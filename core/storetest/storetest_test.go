@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/core/storetest"
@@ -66,7 +65,7 @@ func (s *refStore) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *s
 		select {
 		case <-busy:
 		case <-timer.C:
-			return nil, nil, fmt.Errorf("ref: lock wait: %w", core.ErrInProgress)
+			return nil, nil, fmt.Errorf("ref: lock wait: %w", storage.ErrInProgress)
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
 		}
@@ -312,21 +311,21 @@ func (l *keepingLock) Complete(ctx context.Context, r *storage.Response) error {
 type unfencedLock struct{ storage.Lock }
 
 func (l unfencedLock) Phase(ctx context.Context, p string, fn func(context.Context) error) error {
-	if err := l.Lock.Phase(ctx, p, fn); !errors.Is(err, core.ErrLeaseLost) {
+	if err := l.Lock.Phase(ctx, p, fn); !errors.Is(err, storage.ErrLeaseLost) {
 		return err
 	}
 	return nil
 }
 
 func (l unfencedLock) Complete(ctx context.Context, r *storage.Response) error {
-	if err := l.Lock.Complete(ctx, r); !errors.Is(err, core.ErrLeaseLost) {
+	if err := l.Lock.Complete(ctx, r); !errors.Is(err, storage.ErrLeaseLost) {
 		return err
 	}
 	return nil
 }
 
 func (l unfencedLock) Release(ctx context.Context) error {
-	if err := l.Lock.Release(ctx); !errors.Is(err, core.ErrLeaseLost) {
+	if err := l.Lock.Release(ctx); !errors.Is(err, storage.ErrLeaseLost) {
 		return err
 	}
 	return nil

@@ -40,8 +40,8 @@ func router(app *demo.App) http.Handler {
 	e.GET(demo.OpenAPIPath, echo.WrapHandler(http.HandlerFunc(app.ServeOpenAPI))) // the API's OpenAPI document, no account needed
 
 	scope := func(c echo.Context) string { return account(c) }
-	orders := echoidem.NewWithConfig(echoidem.Config{Scope: scope, Config: app.OrdersIdem()})     // atomic
-	payments := echoidem.NewWithConfig(echoidem.Config{Scope: scope, Config: app.PaymentsIdem()}) // phased
+	orders := echoidem.New(app.OrdersIdem(), echoidem.Config{Scope: scope})     // atomic
+	payments := echoidem.New(app.PaymentsIdem(), echoidem.Config{Scope: scope}) // phased
 
 	v1 := e.Group("/v1", auth)
 	v1.POST("/orders", handle(app.CreateOrder), orders)
@@ -51,7 +51,7 @@ func router(app *demo.App) http.Handler {
 	v1.GET("/payments", handle(app.ListPayments))
 	v1.GET("/payments/:id", handleID(app.GetPayment))
 	v1.GET("/provider/charges", handle(app.ListCharges))
-	webhooks := echoidem.NewWithConfig(echoidem.Config{Scope: scope, Config: app.WebhooksIdem()}) // key: the event's "id"
+	webhooks := echoidem.New(app.WebhooksIdem(), echoidem.Config{Scope: scope}) // key: the event's "id"
 	v1.POST("/webhooks/provider", handle(app.ReceiveEvent), webhooks)
 	v1.GET("/webhooks/provider/events", handle(app.ListEvents))
 	return e

@@ -40,8 +40,8 @@ func router(app *demo.App) http.Handler {
 	r.GET(demo.OpenAPIPath, gin.WrapF(app.ServeOpenAPI)) // the API's OpenAPI document, no account needed
 
 	scope := func(c *gin.Context) string { return c.GetString(accountKey) }
-	orders := ginidem.New(ginidem.Config{Scope: scope, Config: app.OrdersIdem()})     // atomic
-	payments := ginidem.New(ginidem.Config{Scope: scope, Config: app.PaymentsIdem()}) // phased
+	orders := ginidem.New(app.OrdersIdem(), ginidem.Config{Scope: scope})     // atomic
+	payments := ginidem.New(app.PaymentsIdem(), ginidem.Config{Scope: scope}) // phased
 
 	v1 := r.Group("/v1", auth)
 	v1.POST("/orders", orders, handle(app.CreateOrder))
@@ -51,7 +51,7 @@ func router(app *demo.App) http.Handler {
 	v1.GET("/payments", handle(app.ListPayments))
 	v1.GET("/payments/:id", handleID(app.GetPayment))
 	v1.GET("/provider/charges", handle(app.ListCharges))
-	webhooks := ginidem.New(ginidem.Config{Scope: scope, Config: app.WebhooksIdem()}) // key: the event's "id"
+	webhooks := ginidem.New(app.WebhooksIdem(), ginidem.Config{Scope: scope}) // key: the event's "id"
 	v1.POST("/webhooks/provider", webhooks, handle(app.ReceiveEvent))
 	v1.GET("/webhooks/provider/events", handle(app.ListEvents))
 	return r

@@ -72,12 +72,17 @@ func run() error {
 	// The sweeper deletes keys past the store's retention (24h) until ctx is done.
 	go func() { _ = (&core.Sweeper{Store: store, Logger: slog.Default()}).Run(ctx) }()
 
+	// One engine for the application: every keyed route, Do and the policy share it.
+	eng, err := core.New(core.Config{Store: store, Logger: slog.Default()}) // 409s, 503s, takeovers; quiet without one
+	if err != nil {
+		return err
+	}
+
 	r := gin.New()
 	r.Use(gin.Logger(), gin.Recovery())
 	// Only the /v1 group is keyed: auth first, so the scope is the caller's account.
-	v1 := r.Group("/v1", auth, ginidem.New(ginidem.Config{
-		Scope:  func(c *gin.Context) string { return c.GetString("account") },
-		Config: core.Config{Store: store, Logger: slog.Default()}, // 409s, 503s, takeovers; quiet without one
+	v1 := r.Group("/v1", auth, ginidem.New(eng, ginidem.Config{
+		Scope: func(c *gin.Context) string { return c.GetString("account") },
 	}))
 	v1.POST("/orders", createOrder)
 	v1.GET("/orders/:id", getOrder(pool)) // GET passes through the middleware untouched
@@ -127,7 +132,7 @@ func createOrder(c *gin.Context) {
 	}
 	ctx := c.Request.Context()
 	var id int64
-	err := pgxstore.Tx(ctx).QueryRow(ctx, // the key's own transaction
+	err := pgxstore.MustTx(ctx).QueryRow(ctx, // the key's own transaction
 		`INSERT INTO quickstart_orders (account, item) VALUES ($1, $2) RETURNING id`,
 		c.GetString("account"), in.Item).Scan(&id)
 	if err != nil {

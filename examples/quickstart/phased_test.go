@@ -37,7 +37,7 @@ type Payments interface {
 func createPayment(payments Payments) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		ctx := c.Request.Context()
-		op := core.OperationFrom(ctx)
+		op := core.MustOperation(ctx)
 		account := c.GetString("account")
 		var in struct {
 			AmountCents int64 `json:"amount_cents" binding:"required,gt=0"`
@@ -53,7 +53,7 @@ func createPayment(payments Payments) gin.HandlerFunc {
 			if err != nil {
 				return err
 			}
-			_, err = pgxstore.Tx(ctx).Exec(ctx,
+			_, err = pgxstore.MustTx(ctx).Exec(ctx,
 				`INSERT INTO payment_charges (account, idem_key, charge_id) VALUES ($1, $2, $3)`,
 				account, op.Key(), chargeID)
 			return err
@@ -66,7 +66,7 @@ func createPayment(payments Payments) gin.HandlerFunc {
 		// Phase 2: skipped on a retry that resumes after it. It reads the charge id from
 		// the table, whether phase 1 ran now or in an earlier attempt.
 		err = op.Phase(ctx, "finished", func(ctx context.Context) error {
-			tx := pgxstore.Tx(ctx)
+			tx := pgxstore.MustTx(ctx)
 			var chargeID string
 			if err := tx.QueryRow(ctx, `SELECT charge_id FROM payment_charges WHERE account = $1 AND idem_key = $2`,
 				account, op.Key()).Scan(&chargeID); err != nil {
@@ -85,7 +85,7 @@ func createPayment(payments Payments) gin.HandlerFunc {
 		// commits with the recorded 201.
 		var id int64
 		var chargeID string
-		if err := pgxstore.Tx(ctx).QueryRow(ctx, `SELECT id, charge_id FROM payments WHERE account = $1 AND idem_key = $2`,
+		if err := pgxstore.MustTx(ctx).QueryRow(ctx, `SELECT id, charge_id FROM payments WHERE account = $1 AND idem_key = $2`,
 			account, op.Key()).Scan(&id, &chargeID); err != nil {
 			c.JSON(http.StatusInternalServerError, gin.H{"error": "the payment could not be read"})
 			return
@@ -152,12 +152,15 @@ func TestPhasedPaymentOnGin(t *testing.T) {
 
 	r := gin.New()
 	// snippet:begin gin-routes
-	phased := core.Config{Store: store, Mode: core.ModePhased, Lease: 30 * time.Second}
-	atomic := core.Config{Store: store} // ModeDefault: atomic on a store with a transaction to share
+	// Two contracts, two engines on one store: the mode is an engine's.
+	phased, err := core.New(core.Config{Store: store, Mode: core.ModePhased, Lease: 30 * time.Second})
+	require.NoError(t, err)
+	atomic, err := core.New(core.Config{Store: store}) // ModeDefault: atomic on a store with a transaction to share
+	require.NoError(t, err)
 
-	scope := func(c *gin.Context) string { return c.GetString("account") }
-	r.POST("/v1/payments", auth, ginidem.New(ginidem.Config{Scope: scope, Config: phased}), createPayment(payments))
-	r.POST("/v1/orders", auth, ginidem.New(ginidem.Config{Scope: scope, Config: atomic}), createOrder)
+	scope := ginidem.Config{Scope: func(c *gin.Context) string { return c.GetString("account") }}
+	r.POST("/v1/payments", auth, ginidem.New(phased, scope), createPayment(payments))
+	r.POST("/v1/orders", auth, ginidem.New(atomic, scope), createOrder)
 	// snippet:end gin-routes
 
 	send := func(path, key, body string) *httptest.ResponseRecorder {

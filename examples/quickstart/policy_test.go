@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
+	"github.com/idemkit/idem/core/policy"
 	"github.com/idemkit/idem/ginidem"
 	"github.com/idemkit/idem/idemopenapi"
 	"github.com/idemkit/idem/idemtest"
@@ -34,19 +35,19 @@ func TestPublishingThePolicy(t *testing.T) {
 	r := gin.New()
 
 	// snippet:begin policy
-	cfg := core.Config{Store: store} // the route's configuration: its policy comes from it
-	v1 := r.Group("/v1", auth)
-	v1.POST("/orders", ginidem.New(ginidem.Config{Scope: func(c *gin.Context) string { return c.GetString("account") }, Config: cfg}), createOrder)
-	r.POST("/login", login) // unsafe, and deliberately not keyed
-
-	policy, err := cfg.Policy() // key, scope, retention (the store's), fingerprint, answers
+	eng, err := core.New(core.Config{Store: store}) // the engine's policy comes from its configuration
 	if err != nil {
 		t.Fatal(err)
 	}
-	policy.Scope = "the account named by the X-Account-ID header" // what only you know
-	md := policy.Markdown("POST /v1/orders")                      // the endpoint's written record
+	v1 := r.Group("/v1", auth)
+	v1.POST("/orders", ginidem.New(eng, ginidem.Config{Scope: func(c *gin.Context) string { return c.GetString("account") }}), createOrder)
+	r.POST("/login", login) // unsafe, and deliberately not keyed
 
-	err = idemopenapi.Add(doc, map[string]core.Policy{"POST /v1/orders": policy})
+	orderPolicy := eng.Policy()                                        // key, scope, retention (the store's), fingerprint, answers
+	orderPolicy.Scope = "the account named by the X-Account-ID header" // what only you know
+	md := orderPolicy.Markdown("POST /v1/orders")                      // the endpoint's written record
+
+	err = idemopenapi.Add(doc, map[string]policy.Policy{"POST /v1/orders": orderPolicy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func TestPublishingThePolicy(t *testing.T) {
 		Routes:   idemtest.RoutesOf(r.Routes()), // echo: idemtest.RoutesOf(e.Routes())
 		Header:   http.Header{"X-Account-ID": {"acme"}},
 		Allow:    []string{"POST /login"},
-		Policies: map[string]core.Policy{"POST /v1/orders": policy}, // their records in the report
+		Policies: map[string]policy.Policy{"POST /v1/orders": orderPolicy}, // their records in the report
 	})
 	// snippet:end audit
 	assert.Equal(t, 0, orders, "the audit's request without a key did not run the guarded route")

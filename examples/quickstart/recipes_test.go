@@ -51,10 +51,13 @@ func TestRecipeSkipper(t *testing.T) {
 	r.Use(func(c *gin.Context) { c.Set("account", "alice") }) // your auth
 
 	// snippet:begin skipper
-	r.Use(ginidem.New(ginidem.Config{
+	eng, err := core.New(core.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Use(ginidem.New(eng, ginidem.Config{
 		Scope:   func(c *gin.Context) string { return c.GetString("account") },
 		Skipper: func(c *gin.Context) bool { return c.FullPath() == "/login" },
-		Config:  core.Config{Store: store},
 	}))
 	r.POST("/login", login)        // not keyed
 	r.POST("/orders", createOrder) // keyed: 400 without an Idempotency-Key
@@ -80,9 +83,19 @@ func TestRecipeKeyOptional(t *testing.T) {
 	auth := func(c *gin.Context) { c.Set("account", "alice") }
 
 	// snippet:begin optional
-	scope := func(c *gin.Context) string { return c.GetString("account") }
-	required := ginidem.New(ginidem.Config{Scope: scope, Config: core.Config{Store: store}})
-	optional := ginidem.New(ginidem.Config{Scope: scope, Config: core.Config{Store: store, KeyOptional: true}})
+	// Whether a key is required is part of an engine's contract: the optional route gets
+	// an engine of its own, on the same store.
+	eng, err := core.New(core.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	optionalEng, err := core.New(core.Config{Store: store, KeyOptional: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scope := ginidem.Config{Scope: func(c *gin.Context) string { return c.GetString("account") }}
+	required := ginidem.New(eng, scope)
+	optional := ginidem.New(optionalEng, scope)
 
 	v1 := r.Group("/v1", auth)
 	v1.POST("/orders", required, createOrder) // 400 without a key
@@ -107,9 +120,12 @@ func TestRoutesWithIdemtest(t *testing.T) {
 	orders := 0
 	router := gin.New()
 	router.Use(func(c *gin.Context) { c.Set("account", c.GetHeader("X-Account-ID")) }) // your auth
-	v1 := router.Group("/v1", ginidem.New(ginidem.Config{
-		Scope:  func(c *gin.Context) string { return c.GetString("account") },
-		Config: core.Config{Store: memstore.New()},
+	eng, err := core.New(core.Config{Store: memstore.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1 := router.Group("/v1", ginidem.New(eng, ginidem.Config{
+		Scope: func(c *gin.Context) string { return c.GetString("account") },
 	}))
 	v1.POST("/orders", func(c *gin.Context) {
 		mu.Lock()

@@ -330,3 +330,12 @@ func parallelDuplicatesRunOnce(t *testing.T, newApp func(t *testing.T) *App) {
 		}
 	}
 }
+
+// Engine returns core.New(cfg), panicking on an invalid cfg: a test's own bug.
+func Engine(cfg core.Config) *core.Engine {
+	eng, err := core.New(cfg)
+	if err != nil {
+		panic(err)
+	}
+	return eng
+}

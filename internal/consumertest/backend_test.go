@@ -142,7 +142,7 @@ func openPgx(ctx context.Context, s spec, migrate bool) (*backend, error) {
 	return &backend{
 		store: store,
 		apply: func(ctx context.Context, msgID string, payload []byte) error {
-			_, err := pgxstore.Tx(ctx).Exec(ctx, `INSERT INTO applied (msg_id, payload) VALUES ($1, $2)`, msgID, string(payload))
+			_, err := pgxstore.MustTx(ctx).Exec(ctx, `INSERT INTO applied (msg_id, payload) VALUES ($1, $2)`, msgID, string(payload))
 			return err
 		},
 		count: func(ctx context.Context) (rows, distinct int, err error) {
@@ -181,7 +181,7 @@ func openGorm(ctx context.Context, dialector gorm.Dialector, migrate bool) (*bac
 	return &backend{
 		store: store,
 		apply: func(ctx context.Context, msgID string, payload []byte) error {
-			return gormstore.DB(ctx).Create(&appliedRow{MsgID: msgID, Payload: string(payload)}).Error
+			return gormstore.MustDB(ctx).Create(&appliedRow{MsgID: msgID, Payload: string(payload)}).Error
 		},
 		count: func(ctx context.Context) (rows, distinct int, err error) {
 			var r struct{ NRows, NDistinct int }

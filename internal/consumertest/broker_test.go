@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -184,7 +185,7 @@ func (c *consumer) handle(ctx context.Context, msg jetstream.Msg) error {
 			c.n.applied.Add(1)
 		}
 		return msg.DoubleAck(ctx) // the broker confirmed: the message is done
-	case errors.Is(err, core.ErrInProgress):
+	case errors.Is(err, storage.ErrInProgress):
 		c.n.inProgress.Add(1)
 		return msg.NakWithDelay(200 * time.Millisecond)
 	case errors.Is(err, core.ErrKeyReused):

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/pgxstore"
 )
@@ -103,7 +104,7 @@ func (c *orderConsumer) handle(ctx context.Context, msg jetstream.Msg) {
 		if err := json.Unmarshal(msg.Data(), &o); err != nil {
 			return nil, fmt.Errorf("%w: %w", errBadOrder, err)
 		}
-		_, err := pgxstore.Tx(ctx).Exec(ctx,
+		_, err := pgxstore.MustTx(ctx).Exec(ctx,
 			`INSERT INTO orders (message_id, item, amount) VALUES ($1, $2, $3)`, id, o.Item, o.Amount)
 		return nil, err
 	})
@@ -115,7 +116,7 @@ func (c *orderConsumer) handle(ctx context.Context, msg jetstream.Msg) {
 		// No usable ID (a producer bug), an ID applied before with another payload, or a
 		// payload that fails the same way on every delivery: it can never succeed.
 		c.deadLetter(ctx, msg, err)
-	case errors.Is(err, core.ErrInProgress):
+	case errors.Is(err, storage.ErrInProgress):
 		_ = msg.NakWithDelay(time.Second) // another consumer is applying it right now
 	case lastDelivery(msg):
 		c.deadLetter(ctx, msg, err) // failed on every delivery: a poison message, or an outage longer than the retries
@@ -208,7 +209,7 @@ func TestTheDocsConsumer(t *testing.T) {
 	// The second layer: order-3 was applied by a consumer that committed and never acked.
 	applied := []byte(`{"item":"lamp","amount":3}`)
 	_, _, err = eng.Do(ctx, "orders", "order-3", applied, func(ctx context.Context) ([]byte, error) {
-		_, err := pgxstore.Tx(ctx).Exec(ctx, `INSERT INTO orders (message_id, item, amount) VALUES ('order-3', 'lamp', 3)`)
+		_, err := pgxstore.MustTx(ctx).Exec(ctx, `INSERT INTO orders (message_id, item, amount) VALUES ('order-3', 'lamp', 3)`)
 		return nil, err
 	})
 	require.NoError(t, err)

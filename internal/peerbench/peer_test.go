@@ -18,6 +18,7 @@ import (
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/echoidem"
 	"github.com/idemkit/idem/ginidem"
+	"github.com/idemkit/idem/internal/adaptertest"
 )
 
 // requestBody is a ~230-byte nested JSON order; responseBody the ~180-byte JSON answer.
@@ -180,8 +181,8 @@ func ginApp() app {
 	bare := gin.New()
 	bare.POST("/v1/orders", h)
 	idem := gin.New()
-	idem.POST("/v1/orders", ginidem.New(ginidem.Config{
-		Scope: func(*gin.Context) string { return "acct" }, Config: core.Config{Store: memstore.New()},
+	idem.POST("/v1/orders", ginidem.New(adaptertest.Engine(core.Config{Store: memstore.New()}), ginidem.Config{
+		Scope: func(*gin.Context) string { return "acct" },
 	}), h)
 	return app{bare: bare, idem: idem}
 }
@@ -194,7 +195,7 @@ func echoApp() app {
 	bare := echo.New()
 	bare.POST("/v1/orders", h)
 	idem := echo.New()
-	idem.POST("/v1/orders", h, echoidem.New(memstore.New(), func(echo.Context) string { return "acct" }))
+	idem.POST("/v1/orders", h, echoidem.New(adaptertest.Engine(core.Config{Store: memstore.New()}), echoidem.Config{Scope: func(echo.Context) string { return "acct" }}))
 	return app{bare: bare, idem: idem}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/echoidem"
 	"github.com/idemkit/idem/ginidem"
+	"github.com/idemkit/idem/internal/adaptertest"
 )
 
 // provider is a payment provider stub that honours idempotency keys as a real one does:
@@ -150,7 +151,7 @@ type payment struct {
 // from the database, so a resumed attempt answers what the first would have.
 func (a *app) createPayment(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	op := core.OperationFrom(ctx)
+	op := core.MustOperation(ctx)
 	account := r.Header.Get(accountHeader)
 	var in struct {
 		AmountCents int64 `json:"amount_cents"`
@@ -240,7 +241,7 @@ func (a *app) createPayment(w http.ResponseWriter, r *http.Request) {
 // key and the response commit together.
 func (a *app) createOrder(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	op := core.OperationFrom(ctx)
+	op := core.MustOperation(ctx)
 	account := r.Header.Get(accountHeader)
 	var in struct {
 		AmountCents int64 `json:"amount_cents"`
@@ -317,8 +318,8 @@ func (a *app) handler(fw framework) http.Handler {
 			c.AbortWithStatusJSON(http.StatusInternalServerError, gin.H{"error": fmt.Sprint(p)})
 		}))
 		scope := func(c *gin.Context) string { return c.GetHeader(accountHeader) }
-		r.POST("/v1/payments", ginidem.New(ginidem.Config{Scope: scope, Config: phased}), gin.WrapF(a.createPayment))
-		r.POST("/v1/orders", ginidem.New(ginidem.Config{Scope: scope, Config: atomic}), gin.WrapF(a.createOrder))
+		r.POST("/v1/payments", ginidem.New(adaptertest.Engine(phased), ginidem.Config{Scope: scope}), gin.WrapF(a.createPayment))
+		r.POST("/v1/orders", ginidem.New(adaptertest.Engine(atomic), ginidem.Config{Scope: scope}), gin.WrapF(a.createOrder))
 		return r
 	case echoFW:
 		e := echo.New()
@@ -329,9 +330,9 @@ func (a *app) handler(fw framework) http.Handler {
 		}))
 		scope := func(c echo.Context) string { return c.Request().Header.Get(accountHeader) }
 		e.POST("/v1/payments", echo.WrapHandler(http.HandlerFunc(a.createPayment)),
-			echoidem.NewWithConfig(echoidem.Config{Scope: scope, Config: phased}))
+			echoidem.New(adaptertest.Engine(phased), echoidem.Config{Scope: scope}))
 		e.POST("/v1/orders", echo.WrapHandler(http.HandlerFunc(a.createOrder)),
-			echoidem.NewWithConfig(echoidem.Config{Scope: scope, Config: atomic}))
+			echoidem.New(adaptertest.Engine(atomic), echoidem.Config{Scope: scope}))
 		return e
 	default:
 		scope := func(r *http.Request) string { return r.Header.Get(accountHeader) }

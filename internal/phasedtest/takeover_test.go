@@ -15,7 +15,7 @@ import (
 // (its lease renewals fail, as in a network partition), until its lease (2s) has run out.
 // Two retries, B and C, then race to take the key over: exactly one wins (its handler
 // runs, resumed) and the other gets 409 + Retry-After, since the winner's fresh lease is
-// live. A then wakes up: its finished phase fails with core.ErrLeaseLost, A is answered
+// live. A then wakes up: its finished phase fails with storage.ErrLeaseLost, A is answered
 // 409, and nothing changes: no payment row, the key still at charge_created and leased to
 // the winner. The winner completes the payment once, without calling the provider again,
 // and later retries replay it.
@@ -96,8 +96,8 @@ func TestTakeoverRace(t *testing.T) {
 			if resA.err != nil {
 				t.Fatalf("worker A: %v", resA.err)
 			}
-			if err := wait(t, staleErr, "worker A's error"); !errors.Is(err, core.ErrLeaseLost) {
-				t.Errorf("worker A's finished phase failed with %v, want core.ErrLeaseLost", err)
+			if err := wait(t, staleErr, "worker A's error"); !errors.Is(err, storage.ErrLeaseLost) {
+				t.Errorf("worker A's finished phase failed with %v, want storage.ErrLeaseLost", err)
 			}
 			if err := checkInProgress(resA.r); err != nil {
 				t.Errorf("worker A: %v", err)

@@ -232,7 +232,7 @@ func downInHandler(p *reliability.Proxy, setHooks func(hooks), afterWrite bool) 
 	c.arm = func(key string) func() bool {
 		done := make(chan struct{})
 		act := func(r *http.Request) {
-			if core.OperationFrom(r.Context()).Key() == key {
+			if core.MustOperation(r.Context()).Key() == key {
 				p.Down()
 				close(done)
 			}

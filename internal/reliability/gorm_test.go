@@ -228,16 +228,16 @@ func newGormApp(t *testing.T, d *gormDB, ac gormAppConfig) *gormApp {
 
 func (a *gormApp) setHooks(h hooks) { a.hooks.Store(&h) }
 
-// orders creates an order in the request's transaction (gormstore.DB).
+// orders creates an order in the request's transaction (gormstore.MustDB).
 func (a *gormApp) orders(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	op := core.OperationFrom(ctx)
+	op := core.MustOperation(ctx)
 	h := a.hooks.Load()
 	req, ok := startOrder(w, r, &a.calls, h)
 	if !ok {
 		return
 	}
-	tx := gormstore.DB(ctx)
+	tx := gormstore.MustDB(ctx)
 	row := gormOrder{Scope: op.Scope(), IdemKey: op.Key(), Amount: req.Amount}
 	if err := tx.Create(&row).Error; err != nil {
 		appDBError(w, err)

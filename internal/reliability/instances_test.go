@@ -68,7 +68,7 @@ func TestTwoInstancesRaceSameKeys(t *testing.T) {
 			hold := func(holds chan struct{}) func(r *http.Request) int {
 				return func(r *http.Request) int {
 					ctx := r.Context()
-					key := core.OperationFrom(ctx).Key()
+					key := core.MustOperation(ctx).Key()
 					if _, again := heldOnce.LoadOrStore(key, true); again {
 						return 0 // a run after a release: its twins may be done
 					}
@@ -85,7 +85,7 @@ func TestTwoInstancesRaceSameKeys(t *testing.T) {
 						err = gaveUp[key].wait(ctx)
 					} else {
 						var pid int32
-						if err = pgxstore.Tx(ctx).QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err == nil {
+						if err = pgxstore.MustTx(ctx).QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err == nil {
 							err = testdb.AwaitBlockedBy(ctx, pid, 1)
 						}
 					}

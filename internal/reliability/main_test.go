@@ -375,14 +375,14 @@ type orderRequest struct {
 // response: secrets=1 adds credential headers, pad=N pads the body with N bytes.
 func (in *instance) orders(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	op := core.OperationFrom(ctx)
+	op := core.MustOperation(ctx)
 	h := in.hooks.Load()
 	req, ok := startOrder(w, r, &in.calls, h)
 	if !ok {
 		return
 	}
 	o := order{Scope: op.Scope(), Key: op.Key(), Amount: req.Amount}
-	err := pgxstore.Tx(ctx).QueryRow(ctx, fmt.Sprintf(`INSERT INTO %s (scope, idem_key, amount) VALUES ($1, $2, $3) RETURNING id`,
+	err := pgxstore.MustTx(ctx).QueryRow(ctx, fmt.Sprintf(`INSERT INTO %s (scope, idem_key, amount) VALUES ($1, $2, $3) RETURNING id`,
 		in.db.table("orders")), o.Scope, o.Key, o.Amount).Scan(&o.ID)
 	if err != nil {
 		dbError(w, err)

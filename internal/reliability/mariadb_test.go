@@ -65,7 +65,7 @@ func TestMariaDBDeadlockAnswers503ThenRetrySucceeds(t *testing.T) {
 	cs := newCrossedStock(t, d)
 	a := newGormApp(t, d, gormAppConfig{direct: true, poolSize: 4, cfg: core.Config{LockWait: 5 * time.Second}})
 	take := func(ctx context.Context, tx *gorm.DB, r *http.Request) error {
-		key := core.OperationFrom(ctx).Key()
+		key := core.MustOperation(ctx).Key()
 		if err := cs.first(tx, key); err != nil {
 			return err
 		}
@@ -132,7 +132,7 @@ func TestMariaDBPausedServerAnswers503(t *testing.T) {
 	// The completion is bounded by StoreTimeout even without a request deadline.
 	b := newGormApp(t, d, gormAppConfig{cfg: core.Config{LockWait: time.Second, StoreTimeout: 2 * time.Second}})
 	b.setHooks(hooks{afterWrite: func(r *http.Request) int {
-		if core.OperationFrom(r.Context()).Key() == "paused-commit" {
+		if core.MustOperation(r.Context()).Key() == "paused-commit" {
 			b.proxy.Stall()
 		}
 		return 0
@@ -254,7 +254,7 @@ func TestMariaDBConcurrentNewKeys(t *testing.T) {
 //
 // InnoDB answers a deadlock (1213) by rolling the whole transaction back, claim
 // included, and the session goes on in autocommit (issue 19): gormstore then refuses
-// every statement the handler sends next through gormstore.DB(ctx), with an error
+// every statement the handler sends next through gormstore.MustDB(ctx), with an error
 // wrapping gormstore.ErrRolledBack and the deadlock, so nothing commits on its own. A
 // handler that reports the refused statement's error answers as it answers a deadlock
 // (here 503); one that swallows that too and answers 201 gets 503 "not recorded" from
@@ -270,7 +270,7 @@ func TestMariaDBHandlerRetryAfterDeadlockKeepsNothing(t *testing.T) {
 			a := newGormApp(t, d, gormAppConfig{direct: true, poolSize: 4, cfg: core.Config{LockWait: 5 * time.Second}})
 			var swallowed sync.Map // key → the deadlock its handler swallowed
 			take := func(ctx context.Context, tx *gorm.DB, r *http.Request) error {
-				key := core.OperationFrom(ctx).Key()
+				key := core.MustOperation(ctx).Key()
 				if err := cs.first(tx, key); err != nil {
 					return err
 				}

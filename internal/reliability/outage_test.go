@@ -119,7 +119,7 @@ func TestClientHangsUp(t *testing.T) {
 	defer cancel()
 	var hungUp atomic.Bool
 	in.setHooks(hooks{afterWrite: func(r *http.Request) int {
-		if core.OperationFrom(r.Context()).Key() != "hang-up" || hungUp.Swap(true) {
+		if core.MustOperation(r.Context()).Key() != "hang-up" || hungUp.Swap(true) {
 			return 0
 		}
 		cancel() // the client hangs up

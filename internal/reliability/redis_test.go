@@ -137,7 +137,7 @@ func newRedisApp(t *testing.T, s *redisServer) *redisApp {
 	pay := func(w http.ResponseWriter, r *http.Request) {
 		a.calls.Add(1)
 		ctx := r.Context()
-		op := core.OperationFrom(ctx)
+		op := core.MustOperation(ctx)
 		var charge string
 		err := op.Phase(ctx, "charged", func(ctx context.Context) error {
 			charge = a.prov.charge(op.DerivedKey("charge"))

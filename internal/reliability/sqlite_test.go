@@ -105,7 +105,7 @@ func runSQLiteChild() int {
 	}
 	orders := func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
-		op := core.OperationFrom(ctx)
+		op := core.MustOperation(ctx)
 		crashHere(op.Key(), atAfterClaim)
 		var req struct {
 			Amount int `json:"amount"`
@@ -115,7 +115,7 @@ func runSQLiteChild() int {
 			return
 		}
 		row := gormOrder{Scope: op.Scope(), IdemKey: op.Key(), Amount: req.Amount}
-		if err := gormstore.DB(ctx).Create(&row).Error; err != nil {
+		if err := gormstore.MustDB(ctx).Create(&row).Error; err != nil {
 			http.Error(w, "database error: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
@@ -429,7 +429,7 @@ func TestSQLiteHandlerAfterFullDiskKeepsNothing(t *testing.T) {
 	a := newGormApp(t, d, gormAppConfig{})
 	var full atomic.Pointer[error]
 	fill := func(ctx context.Context, tx *gorm.DB, r *http.Request) error {
-		key := core.OperationFrom(ctx).Key()
+		key := core.MustOperation(ctx).Key()
 		err := tx.Create(&gormOrder{Scope: "acct", IdemKey: strings.Repeat("x", 128<<10), Amount: 0}).Error
 		full.Store(&err)
 		if err != nil { // "write a failure row", then answer as if all went well

@@ -28,7 +28,7 @@ func newGate(key string) *gate {
 
 // hold is an afterWrite hook: the first request for the gate's key waits there.
 func (g *gate) hold(r *http.Request) int {
-	if core.OperationFrom(r.Context()).Key() != g.key {
+	if core.MustOperation(r.Context()).Key() != g.key {
 		return 0
 	}
 	first := false
@@ -101,7 +101,7 @@ func TestLockTimeoutInHandler(t *testing.T) {
 	g := newGate("takes-stock")
 	in.setHooks(hooks{afterWrite: func(r *http.Request) int {
 		ctx := r.Context()
-		if _, err := pgxstore.Tx(ctx).Exec(ctx, fmt.Sprintf(`UPDATE %s SET n = n - 1 WHERE id = 1`, d.table("stock"))); err != nil {
+		if _, err := pgxstore.MustTx(ctx).Exec(ctx, fmt.Sprintf(`UPDATE %s SET n = n - 1 WHERE id = 1`, d.table("stock"))); err != nil {
 			return dbStatus(err)
 		}
 		return g.hold(r)
@@ -179,7 +179,7 @@ func TestStatementTimeoutAnswers409(t *testing.T) {
 			return 0
 		}
 		ctx := r.Context()
-		_, err := pgxstore.Tx(ctx).Exec(ctx, `SELECT pg_sleep(5)`)
+		_, err := pgxstore.MustTx(ctx).Exec(ctx, `SELECT pg_sleep(5)`)
 		return dbStatus(err)
 	}})
 	slow := in.post("acct", "stmt-2", "slow=1", jsonBody(2))
@@ -264,7 +264,7 @@ func TestSerializableWriteSkewAnswers503(t *testing.T) {
 		afterClaim: func(r *http.Request) {
 			ctx := r.Context()
 			var n int
-			_ = pgxstore.Tx(ctx).QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s`, d.table("orders"))).Scan(&n)
+			_ = pgxstore.MustTx(ctx).QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s`, d.table("orders"))).Scan(&n)
 			read.Done()
 			read.Wait()
 		},
@@ -272,7 +272,7 @@ func TestSerializableWriteSkewAnswers503(t *testing.T) {
 		afterWrite: func(r *http.Request) int {
 			writes.Done()
 			<-written
-			if core.OperationFrom(r.Context()).Key() == "skew-b" {
+			if core.MustOperation(r.Context()).Key() == "skew-b" {
 				select {
 				case <-aDone:
 				case <-time.After(10 * time.Second):
@@ -358,7 +358,7 @@ func TestPausedDatabaseDuringHandler(t *testing.T) {
 	d := newDB(t)
 	in := newInstance(t, d, instanceConfig{deadline: time.Second})
 	in.setHooks(hooks{afterClaim: func(r *http.Request) {
-		if core.OperationFrom(r.Context()).Key() == "paused-in-handler" {
+		if core.MustOperation(r.Context()).Key() == "paused-in-handler" {
 			in.proxy.Stall()
 		}
 	}})

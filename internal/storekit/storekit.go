@@ -104,7 +104,7 @@ func openPgx(t *testing.T) *Backend {
 	return &Backend{
 		Store: store,
 		Insert: func(ctx context.Context, key string) (id int64, err error) {
-			err = pgxstore.Tx(ctx).QueryRow(ctx,
+			err = pgxstore.MustTx(ctx).QueryRow(ctx,
 				`INSERT INTO orders (idem_key, amount) VALUES ($1, 42) RETURNING id`, key).Scan(&id)
 			return id, err
 		},
@@ -183,7 +183,7 @@ func openGorm(t *testing.T, dialector gorm.Dialector, schema string) *Backend {
 		Store: store,
 		Insert: func(ctx context.Context, key string) (int64, error) {
 			o := orderRow{IdemKey: key, Amount: 42}
-			err := gormstore.DB(ctx).Create(&o).Error
+			err := gormstore.MustDB(ctx).Create(&o).Error
 			return o.ID, err
 		},
 		Orders: func(t *testing.T, key string) int {

@@ -22,6 +22,7 @@ import (
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/echoidem"
 	"github.com/idemkit/idem/ginidem"
+	"github.com/idemkit/idem/internal/adaptertest"
 	"github.com/idemkit/idem/internal/storekit"
 )
 
@@ -43,7 +44,7 @@ type receiver struct {
 
 func (rc *receiver) handle(ctx context.Context, insert func(context.Context, string) (int64, error)) (int, string) {
 	rc.runs.Add(1)
-	key := core.OperationFrom(ctx).Key()
+	key := core.MustOperation(ctx).Key()
 	id, err := insert(ctx, key)
 	if err != nil {
 		return http.StatusInternalServerError, err.Error()
@@ -83,9 +84,8 @@ var frameworks = []framework{
 	{"gin", func(cfg core.Config, rc *receiver, insert func(context.Context, string) (int64, error)) http.Handler {
 		r := gin.New()
 		r.Use(gin.RecoveryWithWriter(io.Discard))
-		r.POST("/webhooks/provider", ginidem.New(ginidem.Config{
-			Scope:  func(*gin.Context) string { return providerScope() },
-			Config: cfg,
+		r.POST("/webhooks/provider", ginidem.New(adaptertest.Engine(cfg), ginidem.Config{
+			Scope: func(*gin.Context) string { return providerScope() },
 		}), func(c *gin.Context) {
 			status, body := rc.handle(c.Request.Context(), insert)
 			c.String(status, body)
@@ -98,9 +98,8 @@ var frameworks = []framework{
 		e.POST("/webhooks/provider", func(c echo.Context) error {
 			status, body := rc.handle(c.Request().Context(), insert)
 			return c.String(status, body)
-		}, echoidem.NewWithConfig(echoidem.Config{
-			Scope:  func(echo.Context) string { return providerScope() },
-			Config: cfg,
+		}, echoidem.New(adaptertest.Engine(cfg), echoidem.Config{
+			Scope: func(echo.Context) string { return providerScope() },
 		}))
 		return e
 	}},

@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -31,6 +32,9 @@ type App struct {
 	provider *provider
 	obs      *observer // /metrics and the access log
 	openapi  []byte    // the OpenAPI document, GET /openapi.json
+	// The engines of the keyed routes, one per contract (store, mode, key source), each
+	// built once (see OrdersIdem, PaymentsIdem, WebhooksIdem).
+	orders, payments, webhooks *core.Engine
 	// crash ends the process after a phase committed, or the payment row was written
 	// (-crash-after).
 	crash func(phase string)
@@ -55,6 +59,10 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	a := &App{cfg: cfg, log: log, be: be, provider: &provider{be: be}, obs: obs}
+	if err := a.buildEngines(); err != nil {
+		be.close()
+		return nil, err
+	}
 	if a.openapi, err = a.openAPIJSON(ctx); err != nil {
 		be.close()
 		return nil, err
@@ -78,22 +86,37 @@ func (a *App) Sweeper() *core.Sweeper {
 	return &core.Sweeper{Store: a.be.store, Interval: sweepInterval, Logger: a.log}
 }
 
-// OrdersIdem is the middleware configuration of POST /v1/orders: atomic mode, so the
-// order row and the key's completion commit in one transaction.
-func (a *App) OrdersIdem() core.Config {
-	c := a.idem()
-	c.Mode = core.ModeAtomic
-	return c
-}
+// OrdersIdem is the engine of POST /v1/orders: atomic mode, so the order row and the
+// key's completion commit in one transaction.
+func (a *App) OrdersIdem() *core.Engine { return a.orders }
 
-// PaymentsIdem is the middleware configuration of POST /v1/payments: phased mode, so
-// the provider call is recorded by its own committed phase and a retry after a crash
-// resumes after it. Its keys are in Redis with -store redis, in the database otherwise.
-func (a *App) PaymentsIdem() core.Config {
-	c := a.idem()
-	c.Store = a.be.payments
-	c.Mode = core.ModePhased
-	return c
+// PaymentsIdem is the engine of POST /v1/payments: phased mode, so the provider call is
+// recorded by its own committed phase and a retry after a crash resumes after it. Its
+// keys are in Redis with -store redis, in the database otherwise.
+func (a *App) PaymentsIdem() *core.Engine { return a.payments }
+
+// WebhooksIdem is the engine of POST /v1/webhooks/provider: the key is the body's "id",
+// and atomic mode, so the event row commits with it or not at all.
+func (a *App) WebhooksIdem() *core.Engine { return a.webhooks }
+
+// buildEngines builds the three engines: each route's contract differs (its store, its
+// mode, where its key is), and an engine is one contract.
+func (a *App) buildEngines() error {
+	orders, payments, webhooks := a.idem(), a.idem(), a.idem()
+	orders.Mode = core.ModeAtomic
+	payments.Store, payments.Mode = a.be.payments, core.ModePhased
+	webhooks.Mode, webhooks.Key = core.ModeAtomic, core.KeyFromJSON("id")
+	var err error
+	if a.orders, err = core.New(orders); err != nil {
+		return fmt.Errorf("orders: %w", err)
+	}
+	if a.payments, err = core.New(payments); err != nil {
+		return fmt.Errorf("payments: %w", err)
+	}
+	if a.webhooks, err = core.New(webhooks); err != nil {
+		return fmt.Errorf("webhooks: %w", err)
+	}
+	return nil
 }
 
 func (a *App) idem() core.Config {

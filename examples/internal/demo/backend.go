@@ -46,7 +46,7 @@ type backend struct {
 	paymentsInTx bool
 	db           querier // the plain pool: reads
 	begin        func(ctx context.Context) (txQuerier, error)
-	// tx returns the request's idempotency transaction (pgxstore.Tx, gormstore.DB): the
+	// tx returns the request's idempotency transaction (pgxstore.MustTx, gormstore.MustDB): the
 	// claim's in atomic mode, a phase's inside a phase, the final one otherwise.
 	tx    func(ctx context.Context) (querier, error)
 	close func()

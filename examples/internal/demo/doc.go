@@ -28,6 +28,6 @@
 // directory (pure Go, no cgo, no server); with a postgres:// URL, pgxstore (default) or
 // gormstore (-store gorm); with a mysql:// URL or a go-sql-driver DSN, gormstore on MySQL
 // or MariaDB. The business rows are written through the request's
-// idempotency transaction (pgxstore.Tx, gormstore.DB), so they commit together with the
+// idempotency transaction (pgxstore.MustTx, gormstore.MustDB), so they commit together with the
 // key's recorded response, or with the payment phase that writes them.
 package demo

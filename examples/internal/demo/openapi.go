@@ -11,6 +11,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/policy"
 	"github.com/idemkit/idem/idemopenapi"
 )
 
@@ -21,11 +22,11 @@ const OpenAPIPath = "/openapi.json"
 // from the configuration each route's middleware is built from (so from its store too:
 // the retention, and the mode), with what the engine cannot know filled in: the scope,
 // the downstream keys, the tests.
-func (a *App) Policies() (map[string]core.Policy, error) {
+func (a *App) Policies() (map[string]policy.Policy, error) {
 	scope := "the account named by the " + AccountHeader + " header"
 	routes := []struct {
 		route      string
-		cfg        core.Config
+		eng        *core.Engine
 		downstream []string
 		tests      []string
 	}{
@@ -36,12 +37,9 @@ func (a *App) Policies() (map[string]core.Policy, error) {
 		{"POST /v1/webhooks/provider", a.WebhooksIdem(), nil,
 			[]string{"examples/e2e/webhooks_test.go: a redelivered event is applied once"}},
 	}
-	policies := make(map[string]core.Policy, len(routes))
+	policies := make(map[string]policy.Policy, len(routes))
 	for _, r := range routes {
-		p, err := r.cfg.Policy()
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", r.route, err)
-		}
+		p := r.eng.Policy()
 		p.Scope, p.Downstream, p.Tests = scope, r.downstream, r.tests
 		policies[r.route] = p
 	}

@@ -39,7 +39,7 @@ type Payment struct {
 // An invalid body is a 400 problem, recorded and replayed like a success.
 func (a *App) CreatePayment(r *http.Request, account string) Reply {
 	ctx := r.Context()
-	op := core.OperationFrom(ctx)
+	op := core.MustOperation(ctx)
 	if a.cfg.CrashAfter == PhaseStarted && !op.Resumed() {
 		a.crash(PhaseStarted) // the claim committed before the handler ran
 	}

@@ -22,15 +22,6 @@ const FailFirstType = "demo.fail_first"
 // failedFirst remembers the events of FailFirstType already failed once.
 var failedFirst sync.Map
 
-// WebhooksIdem is the middleware configuration of POST /v1/webhooks/provider: the key is
-// the body's "id", and atomic mode, so the event row commits with it or not at all.
-func (a *App) WebhooksIdem() core.Config {
-	c := a.idem()
-	c.Mode = core.ModeAtomic
-	c.Key = core.KeyFromJSON("id")
-	return c
-}
-
 // Event is a received webhook event as the API returns it: one per time it was applied
 // (a duplicate application would show as a second entry).
 type Event struct {
@@ -57,7 +48,7 @@ func (a *App) ReceiveEvent(r *http.Request, account string) Reply {
 	if bad != nil {
 		return *bad
 	}
-	ev := Event{ID: core.OperationFrom(ctx).Key(), Type: typ}
+	ev := Event{ID: core.MustOperation(ctx).Key(), Type: typ}
 	tx, err := a.be.tx(ctx)
 	if err != nil {
 		return a.fail(ctx, "webhooks: no idempotency transaction", err)
