@@ -118,26 +118,26 @@ func WithKey(ctx context.Context, key string) context.Context {
 // the kind the interceptor generates for a call without one.
 func NewKey() string { return uuid.NewString() }
 
-// KeyOption is the call option Key returns.
-type KeyOption struct {
+// keyOption is the call option Key returns.
+type keyOption struct {
 	grpc.EmptyCallOption
-	Key string
+	key string
 }
 
 // Key returns a call option that makes the client interceptor send key as the call's
 // idempotency key, as WithKey does for a context: client.CreateOrder(ctx, req,
 // grpcidem.Key(job.ID)). It takes precedence over WithKey.
-func Key(key string) grpc.CallOption { return KeyOption{Key: key} }
+func Key(key string) grpc.CallOption { return keyOption{key: key} }
 
-// ReportOption is the call option Report returns.
-type ReportOption struct {
+// reportOption is the call option Report returns.
+type reportOption struct {
 	grpc.EmptyCallOption
-	Result *Result
+	res *Result
 }
 
 // Report returns a call option that makes the client interceptor fill in *res for the
 // call before it returns, whatever its outcome. Give each call its own Result.
-func Report(res *Result) grpc.CallOption { return ReportOption{Result: res} }
+func Report(res *Result) grpc.CallOption { return reportOption{res: res} }
 
 // UnaryClientInterceptor returns a unary client interceptor that gives each logical call
 // of a keyed method one idempotency key, chosen before the first attempt and kept by every
@@ -172,8 +172,8 @@ func (c *ClientConfig) keyed(method string) bool {
 func (c *ClientConfig) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	var res *Result
 	for _, o := range opts {
-		if r, ok := o.(ReportOption); ok {
-			res = r.Result
+		if r, ok := o.(reportOption); ok {
+			res = r.res
 		}
 	}
 	if !c.keyed(method) {
@@ -257,8 +257,8 @@ func (c *ClientConfig) keyCall(ctx context.Context, req any, opts []grpc.CallOpt
 	}
 	key, fromField := "", false
 	for _, o := range opts {
-		if k, ok := o.(KeyOption); ok {
-			key = k.Key
+		if k, ok := o.(keyOption); ok {
+			key = k.key
 			if key == "" {
 				return nil, nil, "", status.Error(codes.InvalidArgument, "grpcidem: Key was given an empty key")
 			}

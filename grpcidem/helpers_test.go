@@ -171,11 +171,12 @@ func testConfig() grpcidem.Config {
 	}
 }
 
-// newEngine returns an engine on store with short waits, so that duplicates in flight
-// are answered (and retried) quickly.
+// newEngine returns an engine on store whose atomic twins wait a short LockWait for the
+// call in flight before answering ABORTED. (RetryInfo carries RetryAfter in whole
+// seconds, as HTTP's Retry-After: its default, 1s, is the shortest.)
 func newEngine(t testing.TB, store storage.Store) *core.Engine {
 	t.Helper()
-	eng, err := core.New(core.Config{Store: store, RetryAfter: 10 * time.Millisecond, LockWait: 300 * time.Millisecond})
+	eng, err := core.New(core.Config{Store: store, LockWait: 300 * time.Millisecond})
 	require.NoError(t, err)
 	return eng
 }
