@@ -184,7 +184,7 @@ func newEngine(t testing.TB, store storage.Store) *core.Engine {
 // serve starts a grpc.Server on loopback with the recovery interceptor, then the idem
 // interceptor for cfg on eng, serving svc and the Orders service ord; it returns the
 // server's address. The server stops at cleanup.
-func serve(t testing.TB, eng *core.Engine, cfg grpcidem.Config, svc *service, ord *orders) string {
+func serve(t testing.TB, eng *core.Engine, cfg grpcidem.Config, svc testpb.TestServiceServer, ord *orders) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
