@@ -3,10 +3,14 @@ package grpcidem_test
 import (
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -171,4 +175,56 @@ func TestHTTPPackagesDoNotImportGRPC(t *testing.T) {
 	for _, d := range deps {
 		assert.False(t, strings.HasPrefix(d, "google.golang.org/grpc") || strings.HasPrefix(d, "google.golang.org/genproto"), "%s is imported", d)
 	}
+}
+
+// The client interceptor's retries stop at MaxAttempts: the last error comes back as it
+// came, and every attempt sent the same key (the handler's UNAVAILABLE released it, so
+// each ran).
+func TestClientStopsAtMaxAttempts(t *testing.T) {
+	t.Parallel()
+	svc := &service{}
+	var keys []string
+	conn := dial(t, serve(t, newEngine(t, memstore.New()), testConfig(), svc, nil),
+		grpc.WithUnaryInterceptor(grpcidem.UnaryClientInterceptor(grpcidem.ClientConfig{
+			MaxAttempts: 3, InitialBackoff: time.Millisecond,
+			OnRetry: func(info grpcidem.RetryInfo) { keys = append(keys, info.Key) },
+		})))
+	var res grpcidem.Result
+	c := unary(t, conn, unaryCall, "acme", "", failing("book", codes.Unavailable, "down"), grpcidem.Report(&res))
+	assert.Equal(t, codes.Unavailable, status.Code(c.err))
+	assert.Equal(t, "down", status.Convert(c.err).Message())
+	assert.Equal(t, 3, res.Attempts)
+	assert.Equal(t, []string{res.Key, res.Key}, keys)
+	assert.EqualValues(t, 3, svc.runs.Load())
+}
+
+// One engine serves HTTP and gRPC: the same key in the same scope is one key space, so a
+// gRPC call and an HTTP request under one key are two different requests (KEY_REUSED on
+// one side, 422 on the other), never two runs of one operation.
+func TestOneEngineForHTTPAndGRPC(t *testing.T) {
+	t.Parallel()
+	eng := newEngine(t, memstore.New())
+	svc := &service{}
+	conn := dial(t, serve(t, eng, testConfig(), svc, nil))
+	var httpRuns atomic.Int64
+	h := eng.Middleware(func(r *http.Request) string { return r.Header.Get("X-Account") })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		httpRuns.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	post := func(key string) int {
+		r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{"item":"book"}`))
+		r.Header.Set("Idempotency-Key", key)
+		r.Header.Set("X-Account", "acme")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+
+	require.NoError(t, unary(t, conn, unaryCall, "acme", "k-grpc-first", request("book")).err)
+	assert.Equal(t, http.StatusUnprocessableEntity, post("k-grpc-first"))
+
+	assert.Equal(t, http.StatusCreated, post("k-http-first"))
+	requireIdemStatus(t, unary(t, conn, unaryCall, "acme", "k-http-first", request("book")).err, codes.FailedPrecondition, core.ProblemKeyReused, false)
+	assert.EqualValues(t, 1, svc.runs.Load())
+	assert.EqualValues(t, 1, httpRuns.Load())
 }
