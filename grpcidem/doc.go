@@ -16,8 +16,8 @@
 //	))
 //
 // The key is the "idempotency-key" metadata (Config.Metadata), or a string field of the
-// request message (Config.Field: AIP-155's "request_id"), held to the key grammar of the
-// HTTP header (docs/problems.md, key-invalid). The fingerprint is the full method name
+// request message (Config.Field: AIP-155's "request_id"): the value as sent, 1–255
+// characters of printable ASCII, one value, no comma. The fingerprint is the full method name
 // and the request's deterministic protobuf encoding: a repeat whose message differs in
 // any field is refused, whatever the field order on the wire.
 //

@@ -164,7 +164,7 @@ func ExampleConfig_Policy() {
 	// ### Idempotency for /shop.v1.Orders/CreateOrder
 	//
 	// - **Mechanism:** idem, phased mode: the claim commits with a 60s lease, each named phase commits with its recovery point, and a retry after a crash takes over once the lease has passed and resumes after the last committed phase.
-	// - **Key:** the `idempotency-key` header, required on /shop.v1.Orders/CreateOrder; 1–255 characters of printable ASCII: an RFC 8941 string ("...", escapes \" and \\) whose content is the key, or the key itself without spaces or commas; surrounding spaces are trimmed; one value only.
+	// - **Key:** the `idempotency-key` header, required on /shop.v1.Orders/CreateOrder; 1–255 characters of printable ASCII: the metadata value as it is (no RFC 8941 quoting); one value only, no commas.
 	// - **Scope and retention:** keys belong to the account the caller authenticated as and never collide across scopes; a key is kept 24h (86400 seconds), then counts as absent and a retry runs again.
 	// - **Fingerprint:** method, message; the request message's deterministic protobuf encoding (proto.MarshalOptions{Deterministic: true}): the order of fields on the wire does not matter, any changed field does. The same key with another fingerprint is refused.
 	// - **Stored:** statuses OK, INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED, FAILED_PRECONDITION, OUT_OF_RANGE, UNAUTHENTICATED; headers `location`, `etag (trailer)`; request bodies up to 4194304 bytes, recorded response bodies up to 1048576 bytes.
@@ -178,7 +178,7 @@ func ExampleConfig_Policy() {
 	//   | ABORTED: the same key and request while the first is still running: this status at once, with a google.rpc.RetryInfo of 1s. A retry with the same key gets the outcome once there is one. | 10 | [in-progress](https://github.com/idemkit/idem/blob/main/docs/problems.md#in-progress) |  |
 	//   | FAILED_PRECONDITION: the key was first used with another method or request message: nothing runs. | 9 | [key-reused](https://github.com/idemkit/idem/blob/main/docs/problems.md#key-reused) |  |
 	//   | INVALID_ARGUMENT: a keyed method called without metadata "idempotency-key": nothing runs. | 3 | [key-missing](https://github.com/idemkit/idem/blob/main/docs/problems.md#key-missing) |  |
-	//   | INVALID_ARGUMENT: a malformed key (not 1–255 characters of printable ASCII, or more than one value): nothing runs. | 3 | [key-invalid](https://github.com/idemkit/idem/blob/main/docs/problems.md#key-invalid) |  |
+	//   | INVALID_ARGUMENT: a malformed key (not 1–255 characters of printable ASCII, more than one value, or a comma in it): nothing runs. | 3 | [key-invalid](https://github.com/idemkit/idem/blob/main/docs/problems.md#key-invalid) |  |
 	//   | UNAVAILABLE: the key store failed or did not answer in time: the method did not run (fail closed), with a google.rpc.RetryInfo of 1s. Retry with the same key. | 14 | [store-unavailable](https://github.com/idemkit/idem/blob/main/docs/problems.md#store-unavailable) |  |
 	//   | UNAVAILABLE: the call collided with a concurrent twin and was rolled back, with a google.rpc.RetryInfo of 1s. Retry with the same key. | 14 | [collision](https://github.com/idemkit/idem/blob/main/docs/problems.md#collision) |  |
 	//   | UNAVAILABLE: the outcome could not be recorded or confirmed: nothing was kept, with a google.rpc.RetryInfo of 1s. Retry with the same key. | 14 | [not-recorded](https://github.com/idemkit/idem/blob/main/docs/problems.md#not-recorded) |  |

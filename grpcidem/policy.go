@@ -38,11 +38,10 @@ func (cfg Config) Policy(eng *core.Engine) (core.Policy, error) {
 	}
 	cfg = s.cfg
 	p := eng.Policy()
-	grammar := strings.Replace(p.Key.Format, "one field only", "one value only", 1)
 	if cfg.Field != "" {
-		p.Key = core.KeyPolicy{In: "custom", Format: fmt.Sprintf("the request message's string field `%s` (AIP-155), held to the grammar of the idempotency-key metadata: %s", cfg.Field, grammar)}
+		p.Key = core.KeyPolicy{In: "custom", Format: fmt.Sprintf("the request message's string field `%s` (AIP-155), as it is; no commas", cfg.Field)}
 	} else {
-		p.Key = core.KeyPolicy{In: "header", Name: cfg.Metadata, Format: grammar}
+		p.Key = core.KeyPolicy{In: "header", Name: cfg.Metadata, Format: "the metadata value as it is (no RFC 8941 quoting); one value only, no commas"}
 	}
 	p.Key.Required, p.Key.MinLength, p.Key.MaxLength = !cfg.KeyOptional, s.minKey, core.MaxKeyLength
 	p.Methods = slices.Clone(cfg.Methods)
@@ -117,7 +116,7 @@ func (s *server) answers(p core.Policy) []core.Answer {
 		as = append(as, answer(codes.InvalidArgument, core.ProblemKeyMissing, fmt.Sprintf("a keyed method called without %s: nothing runs.", s.where())))
 	}
 	as = append(as,
-		answer(codes.InvalidArgument, core.ProblemKeyInvalid, fmt.Sprintf("a malformed key (not %d–%d characters of printable ASCII, or more than one value): nothing runs.", p.Key.MinLength, p.Key.MaxLength)),
+		answer(codes.InvalidArgument, core.ProblemKeyInvalid, fmt.Sprintf("a malformed key (not %d–%d characters of printable ASCII, more than one value, or a comma in it): nothing runs.", p.Key.MinLength, p.Key.MaxLength)),
 		answer(codes.Unavailable, core.ProblemStoreUnavailable, "the key store failed or did not answer in time: the method did not run (fail closed), "+retry+". Retry with the same key."),
 		answer(codes.Unavailable, core.ProblemCollision, "the call collided with a concurrent twin and was rolled back, "+retry+". Retry with the same key."),
 		answer(codes.Unavailable, core.ProblemNotRecorded, "the outcome could not be recorded or confirmed: nothing was kept, "+retry+". Retry with the same key."),

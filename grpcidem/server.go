@@ -178,8 +178,8 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	}
 	key, present, err := s.key(ctx, msg)
 	switch {
-	case err != nil && errors.Is(err, core.ErrInvalidKey):
-		return nil, newStatus(codes.InvalidArgument, core.ProblemKeyInvalid, fmt.Sprintf("The %s is malformed: %v.", s.where(), err), 0)
+	case err != nil && errors.Is(err, errKey):
+		return nil, s.keyInvalid(err.Error())
 	case err != nil:
 		return nil, s.misconfigured(err.Error())
 	case !present && s.cfg.KeyOptional:
@@ -229,24 +229,43 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	return nil, s.doFailed(ctx, err, ran)
 }
 
+// errKey is a malformed key, the client's mistake (INVALID_ARGUMENT).
+var errKey = errors.New("malformed key")
+
 // key returns the call's idempotency key and whether it has one, from the metadata or
-// from Config.Field; an error wrapping core.ErrInvalidKey is the client's, any other
-// the server's configuration.
+// from Config.Field. An error wrapping errKey is the client's, any other the server's
+// configuration. It checks what is particular to gRPC (one metadata value, no comma, as
+// a proxy may join repeated values with commas; Config.MinKeyLength); Engine.Do holds the
+// key to the rest of the contract (1–255 characters of printable ASCII).
 func (s *server) key(ctx context.Context, msg proto.Message) (string, bool, error) {
+	var v string
 	if s.cfg.Field == "" {
 		md, _ := metadata.FromIncomingContext(ctx)
-		return core.ParseKey(md.Get(s.cfg.Metadata), s.minKey)
+		switch vs := md.Get(s.cfg.Metadata); len(vs) {
+		case 0:
+			return "", false, nil
+		case 1:
+			v = vs[0]
+		default:
+			return "", true, fmt.Errorf("%w: %d values, want one", errKey, len(vs))
+		}
+	} else {
+		m := msg.ProtoReflect()
+		fd := m.Descriptor().Fields().ByName(s.cfg.Field)
+		if fd == nil || fd.Kind() != protoreflect.StringKind || fd.IsList() || fd.IsMap() {
+			return "", false, fmt.Errorf("the request message %s has no string field %q (Config.Field)", m.Descriptor().FullName(), s.cfg.Field)
+		}
+		if v = m.Get(fd).String(); v == "" {
+			return "", false, nil // proto3: an empty string is an absent field
+		}
 	}
-	m := msg.ProtoReflect()
-	fd := m.Descriptor().Fields().ByName(s.cfg.Field)
-	if fd == nil || fd.Kind() != protoreflect.StringKind || fd.IsList() || fd.IsMap() {
-		return "", false, fmt.Errorf("the request message %s has no string field %q (Config.Field)", m.Descriptor().FullName(), s.cfg.Field)
+	switch {
+	case strings.ContainsRune(v, ','):
+		return "", true, fmt.Errorf("%w: a comma makes it ambiguous", errKey)
+	case len(v) < s.minKey:
+		return "", true, fmt.Errorf("%w: shorter than %d characters", errKey, s.minKey)
 	}
-	v := m.Get(fd).String()
-	if v == "" {
-		return "", false, nil
-	}
-	return core.ParseKey([]string{v}, s.minKey)
+	return v, true, nil
 }
 
 // where names where the key goes, for a status message.
@@ -328,7 +347,7 @@ func (s *server) doFailed(ctx context.Context, err error, ran bool) error {
 	case errors.Is(err, core.ErrEmptyScope), errors.Is(err, core.ErrInvalidScope):
 		return s.misconfigured(fmt.Sprintf("the scope of the call is unusable (%v); is the interceptor chained before authentication?", err))
 	case errors.Is(err, core.ErrInvalidKey):
-		return newStatus(codes.InvalidArgument, core.ProblemKeyInvalid, fmt.Sprintf("The %s is malformed: %v.", s.where(), err), 0)
+		return s.keyInvalid(fmt.Sprintf("want %d–%d characters of printable ASCII", s.minKey, core.MaxKeyLength))
 	case errors.Is(err, core.ErrRecoveryPointUnreached):
 		return newStatus(codes.Internal, core.ProblemCannotResume, "An earlier attempt committed a phase this server no longer runs; nothing was recorded.", 0)
 	case ctx.Err() != nil:
@@ -339,6 +358,10 @@ func (s *server) doFailed(ctx context.Context, err error, ran bool) error {
 		return newStatus(codes.Unavailable, core.ProblemNotRecorded, "The outcome of the call was not recorded; retry with the same key.", s.retryAfter)
 	}
 	return newStatus(codes.Unavailable, core.ProblemStoreUnavailable, "The idempotency store is unavailable; the method did not run. Retry with the same key.", s.retryAfter)
+}
+
+func (s *server) keyInvalid(detail string) error {
+	return newStatus(codes.InvalidArgument, core.ProblemKeyInvalid, fmt.Sprintf("The %s is malformed: %s.", s.where(), detail), 0)
 }
 
 func (s *server) misconfigured(detail string) error {
