@@ -21,7 +21,7 @@ import (
 )
 
 // benchService answers UnaryCall with a ~200-byte response. With a pool it first inserts
-// an order: a keyed call through the claim's transaction (pgxstore.Tx), a bare one in a
+// an order: a keyed call through the claim's transaction (pgxstore.MustTx), a bare one in a
 // transaction of its own (BEGIN; INSERT; COMMIT), as the HTTP benchmarks' bare handler.
 type benchService struct {
 	testpb.UnimplementedTestServiceServer
@@ -34,7 +34,7 @@ func (s *benchService) UnaryCall(ctx context.Context, req *testpb.SimpleRequest)
 	if s.pool != nil {
 		var err error
 		if op, ok := core.OperationFromContext(ctx); ok {
-			_, err = pgxstore.Tx(ctx).Exec(ctx, insertOrder, op.Key())
+			_, err = pgxstore.MustTx(ctx).Exec(ctx, insertOrder, op.Key())
 		} else {
 			err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { _, err := tx.Exec(ctx, insertOrder, "bare"); return err })
 		}

@@ -13,8 +13,8 @@ import (
 	"github.com/idemkit/idem/grpcidem"
 )
 
-// An invalid Config is an error wrapping core.ErrInvalidConfig that names the field, and
-// UnaryServerInterceptor panics with it.
+// An invalid Config is a programming error: UnaryServerInterceptor and Config.Policy
+// panic with an error wrapping core.ErrInvalidConfig that names the field.
 func TestInvalidConfigNamesTheField(t *testing.T) {
 	t.Parallel()
 	eng := newEngine(t, memstore.New())
@@ -31,10 +31,14 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 		"Field":            {eng, grpcidem.Config{Scope: scope, Methods: []string{unaryCall}, Field: "request-id"}},
 		"ReplayHeader":     {eng, grpcidem.Config{Scope: scope, Methods: []string{unaryCall}, ReplayHeader: []string{"Location"}}},
 	} {
-		_, err := tc.cfg.ToInterceptor(tc.eng)
-		require.ErrorIs(t, err, core.ErrInvalidConfig, field)
-		assert.Contains(t, err.Error(), field)
-		assert.Panics(t, func() { grpcidem.UnaryServerInterceptor(tc.eng, tc.cfg) }, field)
+		for _, build := range []func(){
+			func() { grpcidem.UnaryServerInterceptor(tc.eng, tc.cfg) },
+			func() { tc.cfg.Policy(tc.eng) },
+		} {
+			err := panicked(build)
+			require.ErrorIs(t, err, core.ErrInvalidConfig, field)
+			assert.Contains(t, err.Error(), field)
+		}
 	}
 }
 
@@ -55,4 +59,34 @@ func TestResponseTooLargeIsNotRunAgain(t *testing.T) {
 	assert.True(t, again.replayed())
 	assert.Equal(t, []string{"/orders/1"}, again.header.Get("location"), "the named metadata is kept")
 	assert.EqualValues(t, 1, svc.runs.Load())
+}
+
+// panicked runs f and returns the error it panicked with, nil if it did not panic.
+func panicked(f func()) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err, _ = p.(error)
+		}
+	}()
+	f()
+	return nil
+}
+
+// With core.Config.KeyOptional (AIP-155's optional request IDs), a keyed method called
+// without a key runs unprotected, every time; with a key it is guarded as usual.
+func TestKeyOptionalRunsUnkeyedCalls(t *testing.T) {
+	t.Parallel()
+	eng, err := core.New(core.Config{Store: memstore.New(), KeyOptional: true})
+	require.NoError(t, err)
+	svc := &service{}
+	conn := dial(t, serve(t, eng, testConfig(), svc, nil))
+	for range 2 {
+		c := unary(t, conn, unaryCall, "acme", "", request("book"))
+		require.NoError(t, c.err)
+		assert.Empty(t, c.resp.GetOauthScope(), "no operation in the handler's context")
+	}
+	for range 2 {
+		require.NoError(t, unary(t, conn, unaryCall, "acme", "k-opt", request("book")).err)
+	}
+	assert.EqualValues(t, 3, svc.runs.Load())
 }

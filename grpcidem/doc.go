@@ -23,8 +23,8 @@
 //
 // The handler runs through core.Engine.Do, so it gets what an HTTP handler gets: in
 // atomic mode (pgxstore, gormstore) the store's transaction in its context
-// (pgxstore.Tx(ctx), gormstore.DB(ctx)), which commits together with the recorded
-// outcome or not at all; in phased mode core.OperationFrom(ctx) for phases and derived
+// (pgxstore.MustTx(ctx), gormstore.MustDB(ctx)), which commits together with the recorded
+// outcome or not at all; in phased mode core.MustOperation(ctx) for phases and derived
 // keys.
 //
 // The answers, in gRPC's terms (each status of idem's own carries a google.rpc.ErrorInfo
@@ -43,7 +43,7 @@
 //   - The key reused with another method or message: FAILED_PRECONDITION, reason
 //     KEY_REUSED.
 //   - No key, or a malformed one: INVALID_ARGUMENT, reason KEY_MISSING or KEY_INVALID
-//     (Config.KeyOptional runs a call without a key unprotected instead).
+//     (with core.Config.KeyOptional, a call without a key runs unprotected instead).
 //   - The store failed: UNAVAILABLE with a RetryInfo, reason STORE_UNAVAILABLE (the
 //     method did not run), COLLISION or NOT_RECORDED (it ran and nothing was kept).
 //   - A recorded outcome over core.Config.MaxResponseBody: the first call gets it whole,

@@ -25,7 +25,7 @@ type orderService struct {
 }
 
 func (s *orderService) UnaryCall(ctx context.Context, req *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
-	n := s.orders.Add(1) // in production: write through pgxstore.Tx(ctx) in the same transaction
+	n := s.orders.Add(1) // in production: write through pgxstore.MustTx(ctx) in the same transaction
 	_ = grpc.SetHeader(ctx, metadata.Pairs("location", fmt.Sprintf("/orders/%d", n)))
 	return &testpb.SimpleResponse{Username: fmt.Sprintf("order %d", n)}, nil
 }
@@ -149,15 +149,12 @@ func ExampleConfig_Policy() {
 	if err != nil {
 		panic(err)
 	}
-	p, err := grpcidem.Config{
+	p := grpcidem.Config{
 		Scope:         account,
 		Methods:       []string{"/shop.v1.Orders/CreateOrder"},
 		ReplayHeader:  []string{"location"},
 		ReplayTrailer: []string{"etag"},
 	}.Policy(eng)
-	if err != nil {
-		panic(err)
-	}
 	p.Scope = "the account the caller authenticated as"
 	fmt.Print(p.Markdown("/shop.v1.Orders/CreateOrder"))
 	// Output:

@@ -9,9 +9,10 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/policy"
 )
 
-// Policy returns the idempotency policy of the methods cfg keys on eng, as core.Policy
+// Policy returns the idempotency policy of the methods cfg keys on eng, as policy.Policy
 // data, so that Policy.Markdown writes the record of a gRPC method as it does of an HTTP
 // route: eng.Policy() with gRPC's terms where they differ.
 //
@@ -31,33 +32,32 @@ import (
 //     it).
 //
 // Scope, Downstream and Tests are the application's to fill in, as for HTTP.
-func (cfg Config) Policy(eng *core.Engine) (core.Policy, error) {
-	s, err := newServer(eng, cfg)
-	if err != nil {
-		return core.Policy{}, err
-	}
+//
+// It panics as UnaryServerInterceptor does, on the same mistakes.
+func (cfg Config) Policy(eng *core.Engine) policy.Policy {
+	s := mustServer(eng, cfg)
 	cfg = s.cfg
 	p := eng.Policy()
 	if cfg.Field != "" {
-		p.Key = core.KeyPolicy{In: "custom", Format: fmt.Sprintf("the request message's string field `%s` (AIP-155), as it is; no commas", cfg.Field)}
+		p.Key = policy.Key{In: "custom", Format: fmt.Sprintf("the request message's string field `%s` (AIP-155), as it is; no commas", cfg.Field)}
 	} else {
-		p.Key = core.KeyPolicy{In: "header", Name: cfg.Metadata, Format: "the metadata value as it is (no RFC 8941 quoting); one value only, no commas"}
+		p.Key = policy.Key{In: "header", Name: cfg.Metadata, Format: "the metadata value as it is (no RFC 8941 quoting); one value only, no commas"}
 	}
-	p.Key.Required, p.Key.MinLength, p.Key.MaxLength = !cfg.KeyOptional, s.minKey, core.MaxKeyLength
+	p.Key.Required, p.Key.MinLength, p.Key.MaxLength = !s.optional, s.minKey, core.MaxKeyLength
 	p.Methods = slices.Clone(cfg.Methods)
 	if cfg.Keyed != nil {
 		p.Methods = append(p.Methods, "methods Config.Keyed selects")
 	}
-	p.Fingerprint = core.FingerprintPolicy{Covers: []string{"method", "message"},
+	p.Fingerprint = policy.Fingerprint{Covers: []string{"method", "message"},
 		Body: "the request message's deterministic protobuf encoding (proto.MarshalOptions{Deterministic: true}): the order of fields on the wire does not matter, any changed field does"}
-	p.Stored = core.Statuses(codeNames(cfg.Final, true))
+	p.Stored = policy.Statuses(codeNames(cfg.Final, true))
 	p.ReplayHeaders = slices.Clone(cfg.ReplayHeader)
 	for _, k := range cfg.ReplayTrailer {
 		p.ReplayHeaders = append(p.ReplayHeaders, k+" (trailer)")
 	}
 	p.MaxRequestBody = defaultMaxRecvMsgSize
 	p.Answers = s.answers(p)
-	return p, nil
+	return p
 }
 
 // codeNames lists the codes for which final reports want, by name.
@@ -93,7 +93,7 @@ func codeName(c codes.Code) string {
 }
 
 // answers lists every answer of a keyed method, in the order core lists an HTTP route's.
-func (s *server) answers(p core.Policy) []core.Answer {
+func (s *server) answers(p policy.Policy) []policy.Answer {
 	wait := "at once"
 	if p.Mode == core.ModeAtomic {
 		wait = fmt.Sprintf("after waiting up to %s for the first to commit (it gets the outcome if the first commits in that time)", durationText(p.Wait))
@@ -102,17 +102,17 @@ func (s *server) answers(p core.Policy) []core.Answer {
 	}
 	retry := fmt.Sprintf("with a google.rpc.RetryInfo of %s", durationText(s.retryAfter))
 	inProgress := fmt.Sprintf("the same key and request while the first is still running: this status %s, %s. A retry with the same key gets the outcome once there is one.", wait, retry)
-	answer := func(c codes.Code, k core.ProblemKind, text string) core.Answer {
-		return core.Answer{Name: string(k), Case: codeName(c) + ": " + text, Status: int(c), Problem: k, Type: problemType(p, k), Title: k.Title()}
+	answer := func(c codes.Code, k core.ProblemKind, text string) policy.Answer {
+		return policy.Answer{Name: string(k), Case: codeName(c) + ": " + text, Status: int(c), Problem: string(k), Type: problemType(p, k), Title: k.Title()}
 	}
-	as := []core.Answer{
+	as := []policy.Answer{
 		{Name: "first", Case: "A new key: the handler runs once; an outcome whose code is stored is recorded (with the response message and the named metadata) before it is sent."},
 		{Name: "replay", Case: "The same key and request after the first completed: the recorded response message or status, with the named header and trailer metadata.", Headers: []string{ReplayedMetadata + ": true"}},
 		{Name: "not-stored", Case: fmt.Sprintf("The handler returned a code that is not stored (%s) or panicked: the answer is sent once and the key released, so a retry with it runs again.", codeNames(s.cfg.Final, false))},
 		answer(codes.Aborted, core.ProblemInProgress, inProgress),
 		answer(codes.FailedPrecondition, core.ProblemKeyReused, "the key was first used with another method or request message: nothing runs."),
 	}
-	if !s.cfg.KeyOptional {
+	if !s.optional {
 		as = append(as, answer(codes.InvalidArgument, core.ProblemKeyMissing, fmt.Sprintf("a keyed method called without %s: nothing runs.", s.where())))
 	}
 	as = append(as,
@@ -131,9 +131,9 @@ func (s *server) answers(p core.Policy) []core.Answer {
 const defaultMaxRecvMsgSize = 4 << 20
 
 // problemType is the type URI (the documentation) of kind k in p's answers.
-func problemType(p core.Policy, k core.ProblemKind) string {
+func problemType(p policy.Policy, k core.ProblemKind) string {
 	for _, a := range p.Answers {
-		if a.Problem == k {
+		if a.Problem == string(k) {
 			return a.Type
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/storage"
 )
 
 // DefaultMetadata is the metadata key the idempotency key is read from (server) and sent
@@ -57,10 +58,6 @@ type Config struct {
 	// Default: "" (the key is in the metadata).
 	Field protoreflect.Name
 
-	// KeyOptional lets a call without a key run unprotected, as AIP-155 has request IDs
-	// be optional. Default: false (a keyed method without a key is INVALID_ARGUMENT).
-	KeyOptional bool
-
 	// ReplayHeader and ReplayTrailer list the header and trailer metadata keys (lower
 	// case) the handler sets that are recorded with the outcome and replayed with it
 	// (a resource name, an ETag). The first answer sends everything the handler set;
@@ -93,26 +90,21 @@ func FinalCode(c codes.Code) bool {
 }
 
 // UnaryServerInterceptor returns a unary server interceptor that runs the methods cfg
-// keys at most once per key and scope, on eng: the same engine, store and Config the
-// application's HTTP routes use. See the package documentation for the answers. It
-// panics when cfg or eng is invalid (a programming error); ToInterceptor returns the
-// error instead.
+// keys at most once per key and scope, on eng: the same engine, store and core.Config
+// the application's HTTP routes use (core.Config.KeyOptional, MinKeyLength, RetryAfter,
+// MaxResponseBody and the rest apply). See the package documentation for the answers. It
+// panics when eng is nil or cfg is invalid (a programming error), with an error wrapping
+// core.ErrInvalidConfig that names the field.
 func UnaryServerInterceptor(eng *core.Engine, cfg Config) grpc.UnaryServerInterceptor {
-	i, err := cfg.ToInterceptor(eng)
+	return mustServer(eng, cfg).intercept
+}
+
+func mustServer(eng *core.Engine, cfg Config) *server {
+	s, err := newServer(eng, cfg)
 	if err != nil {
 		panic(err)
 	}
-	return i
-}
-
-// ToInterceptor is UnaryServerInterceptor returning an error, wrapping
-// core.ErrInvalidConfig and naming the field, instead of panicking.
-func (cfg Config) ToInterceptor(eng *core.Engine) (grpc.UnaryServerInterceptor, error) {
-	s, err := newServer(eng, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return s.intercept, nil
+	return s
 }
 
 // server is the interceptor of one Config.
@@ -120,6 +112,7 @@ type server struct {
 	eng         *core.Engine
 	cfg         Config
 	minKey      int
+	optional    bool // core.Config.KeyOptional: a call without a key runs unprotected
 	retryAfter  time.Duration
 	maxResponse int64
 	types       responseTypes
@@ -159,7 +152,7 @@ func newServer(eng *core.Engine, cfg Config) (*server, error) {
 		cfg.Final = FinalCode
 	}
 	p := eng.Policy()
-	return &server{eng: eng, cfg: cfg, minKey: max(p.Key.MinLength, 1), retryAfter: p.RetryAfter, maxResponse: p.MaxResponseBody}, nil
+	return &server{eng: eng, cfg: cfg, minKey: max(p.Key.MinLength, 1), optional: !p.Key.Required, retryAfter: p.RetryAfter, maxResponse: p.MaxResponseBody}, nil
 }
 
 func (s *server) keyed(method string) bool {
@@ -182,7 +175,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		return nil, s.keyInvalid(err.Error())
 	case err != nil:
 		return nil, s.misconfigured(err.Error())
-	case !present && s.cfg.KeyOptional:
+	case !present && s.optional:
 		return handler(ctx, req)
 	case !present:
 		return nil, newStatus(codes.InvalidArgument, core.ProblemKeyMissing, fmt.Sprintf("%s requires %s.", info.FullMethod, s.where()), 0)
@@ -340,7 +333,7 @@ func (s *server) replay(ctx context.Context, method string, result []byte) (any,
 // doFailed turns an error of Engine.Do (other than the handler's own) into a status.
 func (s *server) doFailed(ctx context.Context, err error, ran bool) error {
 	switch {
-	case errors.Is(err, core.ErrInProgress):
+	case errors.Is(err, storage.ErrInProgress):
 		return newStatus(codes.Aborted, core.ProblemInProgress, "Another call with this idempotency key is in progress; retry after the delay.", s.retryAfter)
 	case errors.Is(err, core.ErrKeyReused):
 		return newStatus(codes.FailedPrecondition, core.ProblemKeyReused, "This idempotency key was used with a different request (method or message); use a new key for a new request.", 0)
@@ -352,7 +345,7 @@ func (s *server) doFailed(ctx context.Context, err error, ran bool) error {
 		return newStatus(codes.Internal, core.ProblemCannotResume, "An earlier attempt committed a phase this server no longer runs; nothing was recorded.", 0)
 	case ctx.Err() != nil:
 		return status.FromContextError(context.Cause(ctx)).Err()
-	case errors.Is(err, core.ErrTransient) && !ran:
+	case errors.Is(err, storage.ErrTransient) && !ran:
 		return newStatus(codes.Unavailable, core.ProblemCollision, "The call collided with a twin and was rolled back; retry.", s.retryAfter)
 	case ran:
 		return newStatus(codes.Unavailable, core.ProblemNotRecorded, "The outcome of the call was not recorded; retry with the same key.", s.retryAfter)
