@@ -153,6 +153,7 @@ func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
 	// nothing to watch (a deadline context costs a timer, and pgx a context watch, ten
 	// allocations in all), and a paused database still costs no more than the timeout:
 	// the read fails and pgx closes the connection, which ends the transaction.
+	_ = replicated(l.conn.PgConn(), "") // a warning no COMMIT of this request left
 	nc := l.conn.PgConn().Conn()
 	_ = nc.SetDeadline(time.Now().Add(lockTimeout(l.timeout)))
 	br := l.conn.SendBatch(ctx, b)
@@ -172,6 +173,9 @@ func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
 		l.rollbackConn(ctx)
 		return l.completeFailed(ctx, err)
 	}
+	if err := replicated(l.conn.PgConn(), "complete"); err != nil {
+		return err
+	}
 	if ct.RowsAffected() != 1 {
 		// Only the handler itself, writing to the key table in this transaction, can get
 		// here; its writes are committed but no response is recorded.
@@ -189,10 +193,11 @@ func (l *atomicLock) completeTx(ctx context.Context, sql string, args []any) err
 		l.abort(ctx)
 		return l.completeFailed(ctx, err)
 	}
+	_ = replicated(l.tx.Conn().PgConn(), "")
 	if err := l.tx.Commit(ctx); err != nil {
 		return classify(ctx, "commit", err, false)
 	}
-	return nil
+	return replicated(l.tx.Conn().PgConn(), "complete")
 }
 
 // completeFailed classifies a failed completion. A unique violation on the key table means
@@ -330,7 +335,7 @@ func (l *phasedLock) Phase(ctx context.Context, point string, fn func(ctx contex
 // fenced runs a write that must find the lock's token, then commits tx (when not nil). A
 // row count of zero means the lease was taken over: tx rolls back, ErrLeaseLost.
 func (l *phasedLock) fenced(ctx context.Context, tx pgx.Tx, op, sql string, args ...any) error {
-	ct, err := l.s.exec(ctx, tx, sql, args...)
+	ct, err := l.s.execCommitted(ctx, tx, op, sql, args...)
 	if err == nil && ct.RowsAffected() == 0 {
 		err = fmt.Errorf("pgxstore: %s: key %q: %w", op, l.key, storage.ErrLeaseLost)
 	}
@@ -343,9 +348,11 @@ func (l *phasedLock) fenced(ctx context.Context, tx pgx.Tx, op, sql string, args
 		return classify(ctx, op, err, false)
 	}
 	if tx != nil {
+		_ = replicated(tx.Conn().PgConn(), "")
 		if err := tx.Commit(ctx); err != nil {
 			return classify(ctx, op+": commit", err, false)
 		}
+		return replicated(tx.Conn().PgConn(), op)
 	}
 	return nil
 }
@@ -361,7 +368,8 @@ func (l *phasedLock) Renew(ctx context.Context) error {
 }
 
 // Complete records r, with the final transaction when the handler opened one, fenced by
-// the token. After a failure the lock stays usable for Release.
+// the token. After a failure the lock stays usable for Release, except after
+// ErrNotReplicated: the completion committed on the primary, and Release does nothing.
 func (l *phasedLock) Complete(ctx context.Context, r *storage.Response) error {
 	if l.ended {
 		return errEnded
@@ -370,6 +378,7 @@ func (l *phasedLock) Complete(ctx context.Context, r *storage.Response) error {
 	ctx, cancel := bounded(ctx, l.timeout)
 	defer cancel()
 	if err := l.fenced(ctx, tx, "complete", l.s.q.complete, completeArgs(l.scope, l.key, l.tok, r)...); err != nil {
+		l.ended = errors.Is(err, ErrNotReplicated) // committed on the primary: nothing to give up
 		return err
 	}
 	l.ended = true

@@ -1,0 +1,14 @@
+package failover_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("github.com/jackc/puddle/v2.(*Pool).createIdleResources"),
+		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"))
+}
