@@ -1,13 +1,11 @@
 package pgxstore_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,22 +32,7 @@ func TestCutReplicationWaitIsNotRecorded(t *testing.T) {
 	require.NoError(t, c.Standby().Kill())
 	primary := c.Primary()
 
-	// cancel ends every wait for the synchronous standby on the primary until stop closes.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond): // polling pg_stat_activity for waiters
-			}
-			_ = primary.Exec(context.Background(),
-				`SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'`)
-		}
-	})
-	defer wg.Wait()
-	defer close(stop)
+	defer primary.CutReplicationWaits()()
 
 	for _, tc := range []struct {
 		name    string

@@ -449,3 +449,25 @@ func appendFile(path, text string) error {
 	_, err = f.WriteString(text)
 	return errors.Join(err, f.Close())
 }
+
+// CutReplicationWaits cancels, every 20ms until stop is called, every backend of the
+// node that waits for its synchronous standby (pg_cancel_backend, as an operator
+// would): PostgreSQL then answers its COMMIT with success and the warning that the
+// transaction "might not have been replicated". stop waits for the loop to end.
+func (n *Node) CutReplicationWaits() (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond): // polling pg_stat_activity for waiters
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = n.Exec(ctx, `SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'`)
+			cancel()
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
