@@ -72,6 +72,7 @@ func (k Kind) String() string {
 type Output struct {
 	Kind     Kind
 	Response string
+	ranNot   bool // Failed, in a key's history whose run is known (see partition)
 }
 
 // Input is a request: the key it was sent with.
@@ -184,6 +185,25 @@ func (r *Recorder) Check(timeout time.Duration) (porcupine.CheckResult, porcupin
 	return porcupine.CheckOperationsVerbose(Model, ops, timeout)
 }
 
+// Violations returns, for at most a few keys, the rules their histories break that a
+// single pass finds (see violations); none does not mean linearizable, which Check
+// decides.
+func (r *Recorder) Violations() []string {
+	r.mu.Lock()
+	ops := append([]porcupine.Operation(nil), r.ops...)
+	r.mu.Unlock()
+	var bad []string
+	for _, part := range partition(ops) {
+		for _, v := range violations(part) {
+			bad = append(bad, "key "+part[0].Input.(Input).Key+": "+v)
+		}
+		if len(bad) >= 5 {
+			break
+		}
+	}
+	return bad
+}
+
 // CheckTimeout bounds Require's check; histories of one key are small, so it returns in
 // milliseconds unless a key has hundreds of concurrent requests.
 const CheckTimeout = time.Minute
@@ -193,6 +213,9 @@ const CheckTimeout = time.Minute
 // after the test; its path is in the message).
 func Require(t testing.TB, r *Recorder) {
 	t.Helper()
+	if bad := r.Violations(); len(bad) > 0 {
+		t.Fatalf("history: %d requests break the model of one key: %s", r.Len(), strings.Join(bad, "; "))
+	}
 	res, info := r.Check(CheckTimeout)
 	switch res {
 	case porcupine.Ok:

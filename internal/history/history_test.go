@@ -166,4 +166,5 @@ func TestCheckerCatchesAStoreThatForgets(t *testing.T) {
 	require.Greater(t, runs, int64(5), "the broken store let keys run again")
 	res, _ := rec.Check(history.CheckTimeout)
 	assert.Equal(t, porcupine.Illegal, res)
+	assert.NotEmpty(t, rec.Violations(), "the direct pass names the second runs")
 }
