@@ -195,6 +195,10 @@ var httpClient = &http.Client{Timeout: 30 * time.Second}
 
 // post sends a payment with key for account to base.
 func post(ctx context.Context, base, account, key, body string) (*reply, error) {
+	return recorded(ctx, key, func() (*reply, error) { return send(ctx, base, account, key, body) })
+}
+
+func send(ctx context.Context, base, account, key, body string) (*reply, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/payments", bytes.NewReader([]byte(body)))
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/internal/history"
 	"github.com/idemkit/idem/internal/redistopo"
 	"github.com/idemkit/idem/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -301,7 +302,9 @@ func failoverWithoutOutage(t *testing.T, d deployment) {
 	store := redisstore.New(d.client, redisstore.WithPrefix(newPrefix(t)))
 	srv := serve(t, store, core.Config{Lease: failoverLease, Hooks: errs.hooks()}, chargeApp(prov, &runs, &errs))
 	served, kill := d.victim(t)
-	l := startLoad(t.Context(), srv.URL, "k", store, failoverClients, nil)
+	rec := history.NewRecorder()
+	ctx := withHistory(t.Context(), rec)
+	l := startLoad(ctx, srv.URL, "k", store, failoverClients, nil)
 	l.awaitSuccesses(t, 100)
 	killed, dead := kill(t)
 	for time.Since(killed) < recoveryBound+heldFor {
@@ -351,10 +354,11 @@ func failoverWithoutOutage(t *testing.T, d deployment) {
 		}
 	}
 	for _, key := range failed {
-		r, _, err := untilCreated(t.Context(), srv.URL, "acct", key, `{"amount":100}`, 20*time.Second, true)
+		r, _, err := untilCreated(ctx, srv.URL, "acct", key, `{"amount":100}`, 20*time.Second, true)
 		require.NoError(t, err, key)
 		first[key] = string(r.Body)
 	}
+	history.Require(t, rec)
 	keys := slices.Sorted(func(yield func(string) bool) {
 		for k := range first {
 			if !yield(k) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/internal/history"
 	"github.com/idemkit/idem/redisstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -120,7 +121,9 @@ func lossTrial(t *testing.T, d deployment, acks bool, tag string) (c lossCount) 
 	defer cancel()
 	before, err := d.epoch(ctx)
 	require.NoError(t, err)
-	l := startLoad(t.Context(), srv.URL, tag, store, lossClients, served)
+	rec := history.NewRecorder()
+	hctx := withHistory(t.Context(), rec)
+	l := startLoad(hctx, srv.URL, tag, store, lossClients, served)
 	l.awaitSuccesses(t, 1)
 	time.Sleep(lossLoad) // the load runs; the kill lands in the middle of it
 	kill(t)
@@ -147,12 +150,19 @@ func lossTrial(t *testing.T, d deployment, acks bool, tag string) (c lossCount) 
 		default:
 			t.Fatalf("%s: %d %s, want 201 or 503", s.key, s.status, s.body)
 		}
-		r, _, err := untilCreated(t.Context(), srv.URL, "acct", s.key, `{"amount":100}`, 20*time.Second, true)
+		r, _, err := untilCreated(hctx, srv.URL, "acct", s.key, `{"amount":100}`, 20*time.Second, true)
 		require.NoError(t, err, s.key)
 		if !r.replayed() {
 			c.lost++
 			t.Logf("%s: acknowledged at %s, gone after the failover (handler runs: %d)", s.key, s.end.Format("15:04:05.000000"), runs.get(s.key))
 		}
+	}
+	// The history holds exactly when no acknowledged completion was lost: a lost one ran
+	// again after its 201, which the model forbids.
+	if c.lost == 0 {
+		history.Require(t, rec)
+	} else {
+		assert.NotEmpty(t, rec.Violations(), "%d acknowledged completions lost, and the history breaks no rule", c.lost)
 	}
 	return c
 }

@@ -137,8 +137,11 @@ func galeraApps(t *testing.T, c *galeratopo.Cluster) []*galeraMode {
 			}
 			a.serve(t, store, core.Config{Lease: failoverLease, Hooks: m.causes.hooks()}, func(ctx context.Context, key string, run int64) error {
 				err := gormstore.DB(ctx).Exec(fmt.Sprintf(`INSERT INTO %s (scope, idem_key, run) VALUES (?, ?, ?)`, m.orders), scope, key, run).Error
-				if err != nil {
-					m.causes.add("handler's insert: " + cause(err))
+				var my *gomysql.MySQLError
+				if errors.As(err, &my) {
+					m.causes.add(fmt.Sprintf("503 from the handler (its INSERT: %d)", my.Number))
+				} else if err != nil {
+					m.causes.add("503 from the handler (its INSERT: " + err.Error() + ")")
 				}
 				return err
 			})

@@ -78,10 +78,11 @@ type Output struct {
 // Input is a request: the key it was sent with.
 type Input struct{ Key string }
 
-// Answer classifies an HTTP answer (err is the transport's error, resp nil then).
+// Answer classifies an HTTP answer (err is the transport's error, resp nil then: a
+// request with no answer, which may still take effect at any time later).
 func Answer(resp *http.Response, body []byte, err error) Output {
 	if err != nil || resp == nil {
-		return Output{Kind: Failed}
+		return Output{Kind: Failed, Response: noAnswer}
 	}
 	switch {
 	case resp.StatusCode == http.StatusConflict:
@@ -148,11 +149,7 @@ func (r *Recorder) Do(client *http.Client, key string, req *http.Request) (*http
 		body, err = io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
 	}
-	out := Answer(resp, body, err)
-	if err != nil {
-		out.Response = noAnswer
-	}
-	c.End(out)
+	c.End(Answer(resp, body, err))
 	return resp, body, err
 }
 
