@@ -91,7 +91,7 @@ func cause(err error) string {
 func (c *causes) hooks() core.Hooks {
 	return core.HookFunc(func(_ context.Context, ev core.Event) {
 		switch ev.Outcome {
-		case core.OutcomeConflict, core.OutcomeStoreError, core.OutcomeRolledBack:
+		case core.OutcomeConflict, core.OutcomeStoreError: // the handler's own 503s are counted by the handler
 			what := "no error"
 			if ev.Err != nil {
 				what = cause(ev.Err)

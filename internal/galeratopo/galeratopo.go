@@ -70,8 +70,8 @@ type Node struct {
 	dir        string
 	c          *Cluster
 
-	mu   sync.Mutex
-	proc *testproc.Process
+	// Slot holds the server's process: Running, Kill.
+	testproc.Slot
 }
 
 // New starts a cluster in a directory of the test's own, stopped when the test ends. It
@@ -256,25 +256,6 @@ func (n *Node) DSN(db string) string {
 	return cfg.FormatDSN()
 }
 
-// Running reports whether the node's server runs.
-func (n *Node) Running() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.proc != nil && !n.proc.Exited()
-}
-
-// Kill SIGKILLs the node's process group; it does nothing if the node does not run.
-func (n *Node) Kill() error {
-	n.mu.Lock()
-	p := n.proc
-	n.proc = nil
-	n.mu.Unlock()
-	if p == nil {
-		return nil
-	}
-	return p.Kill()
-}
-
 // Log returns the end of the node's error log.
 func (n *Node) Log() string { return testproc.Tail(filepath.Join(n.dir, "error.log")) }
 
@@ -330,13 +311,11 @@ func (n *Node) start(ctx context.Context, extra ...string) error {
 		return fmt.Errorf("galeratopo: %w", err)
 	}
 	args := append([]string{"--defaults-file=" + n.conf()}, extra...)
-	p, err := n.c.as.Start(filepath.Join(n.dir, "stdout.log"), "mariadbd", args...)
+	p, err := n.c.as.Start("", filepath.Join(n.dir, "stdout.log"), "mariadbd", args...)
 	if err != nil {
 		return err
 	}
-	n.mu.Lock()
-	n.proc = p
-	n.mu.Unlock()
+	n.Set(p)
 	err = testproc.Poll(ctx, 100*time.Millisecond, func(ctx context.Context) (string, error) {
 		if p.Exited() {
 			return "", errors.New("mariadbd exited at start")

@@ -69,10 +69,12 @@ type Node struct {
 	name string
 	c    *Cluster
 
-	mu   sync.Mutex
-	dir  string // the current data directory (a rebuild makes a new one)
-	gen  int
-	proc *testproc.Process
+	// Slot holds the server's process: Running, Kill.
+	testproc.Slot
+
+	mu  sync.Mutex
+	dir string // the current data directory (a rebuild makes a new one)
+	gen int
 }
 
 // New starts a topology in a directory of the test's own, stopped when the test ends. It
@@ -344,13 +346,6 @@ func (c *Cluster) Heal(ctx context.Context) error {
 	return c.rebuild(ctx, s, p)
 }
 
-// Running reports whether the node's server runs.
-func (n *Node) Running() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.proc != nil && !n.proc.Exited()
-}
-
 // URL returns a URL of this node alone.
 func (n *Node) URL() string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", n.Port, Database)
@@ -367,18 +362,6 @@ func (n *Node) Exec(ctx context.Context, sql string, args ...any) error {
 		return fmt.Errorf("pgtopo: %d: %s: %w", n.Port, sql, err)
 	}
 	return nil
-}
-
-// Kill SIGKILLs the node's process group; it does nothing if the node does not run.
-func (n *Node) Kill() error {
-	n.mu.Lock()
-	p := n.proc
-	n.proc = nil
-	n.mu.Unlock()
-	if p == nil {
-		return nil
-	}
-	return p.Kill()
 }
 
 // Log returns the end of the node's server log.
@@ -405,13 +388,11 @@ func (n *Node) nextDir() string {
 // itself (its data_directory).
 func (n *Node) start(ctx context.Context) error {
 	dir := n.dataDir()
-	p, err := n.c.as.Start(n.logFile(), filepath.Join(n.c.bin, "postgres"), "-D", dir)
+	p, err := n.c.as.Start("", n.logFile(), filepath.Join(n.c.bin, "postgres"), "-D", dir)
 	if err != nil {
 		return err
 	}
-	n.mu.Lock()
-	n.proc = p
-	n.mu.Unlock()
+	n.Set(p)
 	err = testproc.Poll(ctx, 20*time.Millisecond, func(ctx context.Context) (string, error) {
 		if p.Exited() {
 			return "", errors.New("postgres exited at start")

@@ -6,7 +6,8 @@
 //
 // Every process runs in a process group of its own, is killed with its group when the
 // topology stops, and gets SIGKILL from the kernel if the test binary dies first (a
-// panic, a timeout, a SIGKILL): no redis-server outlives the tests that started it. A
+// panic, a timeout, a SIGKILL; internal/testproc): no redis-server outlives the tests
+// that started it. A
 // test binary shares one cluster and one sentinel group between its tests through
 // SharedCluster and SharedSentinel, stopped by StopShared in its TestMain; a test that
 // kills a node starts a topology of its own (NewCluster, NewSentinel).
@@ -20,16 +21,15 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem/internal/testproc"
 )
 
 // Binary is the redis-server command the topologies run (a sentinel is redis-server
@@ -55,13 +55,7 @@ type Server struct {
 	args []string
 
 	mu   sync.Mutex
-	proc *process // nil when the server does not run
-}
-
-// process is a started redis-server.
-type process struct {
-	pid  int
-	done chan struct{} // closed when it has exited
+	proc *testproc.Process // nil when the server does not run
 }
 
 // newServer prepares a server in a directory of its own under root, on a free port,
@@ -157,7 +151,9 @@ func (s *Server) Start(ctx context.Context) error {
 		s.mu.Unlock()
 		return nil
 	}
-	p, err := spawn(s.dir, s.logFile(), append([]string{s.conf}, s.args...))
+	// The process dies with the test binary however it exits (testproc): a test binary
+	// that panics or times out leaves no redis-server behind.
+	p, err := testproc.User{}.Start(s.dir, s.logFile(), Binary, append([]string{s.conf}, s.args...)...)
 	s.proc = p
 	s.mu.Unlock()
 	if err != nil {
@@ -167,7 +163,7 @@ func (s *Server) Start(ctx context.Context) error {
 	defer c.Close()
 	err = poll(ctx, func(ctx context.Context) (string, error) {
 		select {
-		case <-p.done:
+		case <-p.Done():
 			return "", fmt.Errorf("redis-server %s exited at start", s.Addr)
 		default:
 		}
@@ -175,8 +171,8 @@ func (s *Server) Start(ctx context.Context) error {
 		if err != nil {
 			return "no answer to INFO: " + err.Error(), nil
 		}
-		if pid := fields(info, ":")["process_id"]; pid != strconv.Itoa(p.pid) {
-			return "", fmt.Errorf("redis-server %s (pid %d): process %s answers: %w", s.Addr, p.pid, pid, errPortTaken)
+		if pid := fields(info, ":")["process_id"]; pid != strconv.Itoa(p.Pid) {
+			return "", fmt.Errorf("redis-server %s (pid %d): process %s answers: %w", s.Addr, p.Pid, pid, errPortTaken)
 		}
 		return "", nil
 	})
@@ -198,11 +194,9 @@ func (s *Server) Kill() error {
 	if p == nil {
 		return nil
 	}
-	if err := syscall.Kill(-p.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+	if err := p.Kill(); err != nil {
 		return fmt.Errorf("redistopo: kill %s: %w", s.Addr, err)
 	}
-	<-p.done
-	_ = syscall.Kill(-p.pid, syscall.SIGKILL) // a child forked while the signal was sent
 	return nil
 }
 
@@ -240,47 +234,6 @@ func fields(txt, sep string) map[string]string {
 		}
 	}
 	return m
-}
-
-// spawn starts redis-server with args in dir, its output appended to logPath, in a
-// process group of its own.
-//
-// The process is started, and waited for, by a goroutine locked to its OS thread, with
-// Pdeathsig set: Linux sends SIGKILL to the process when the thread that started it
-// ends, which is when the test binary exits however it exits (a thread of a live Go
-// program only ends with a locked goroutine, and this one ends after the process). So a
-// test binary that panics or times out leaves no redis-server behind.
-func spawn(dir, logPath string, args []string) (*process, error) {
-	if _, err := exec.LookPath(Binary); err != nil {
-		return nil, fmt.Errorf("redistopo: %s is not installed (%w); the topology tests run their own Redis processes", Binary, err)
-	}
-	out, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("redistopo: %w", err)
-	}
-	started := make(chan error, 1)
-	p := &process{done: make(chan struct{})}
-	go func() {
-		runtime.LockOSThread() // never unlocked: see above
-		defer close(p.done)
-		defer out.Close()
-		cmd := exec.Command(Binary, args...)
-		cmd.Dir = dir
-		cmd.Stdout, cmd.Stderr = out, out
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			started <- fmt.Errorf("redistopo: start %s: %w", Binary, err)
-			return
-		}
-		p.pid = cmd.Process.Pid
-		started <- nil
-		_ = cmd.Wait()
-	}()
-	if err := <-started; err != nil {
-		<-p.done
-		return nil, err
-	}
-	return p, nil
 }
 
 // poll calls cond every pollEvery until it reports nothing missing (""), fails, or ctx

@@ -19,6 +19,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -90,14 +91,14 @@ type Process struct {
 	done chan struct{} // closed when it has exited
 }
 
-// Start starts a command as the user in a process group of its own, its output appended
-// to logPath.
+// Start starts a command as the user in a process group of its own, in directory dir
+// ("": the test's), its output appended to logPath.
 //
 // The process is started, and waited for, by a goroutine locked to its OS thread, with
 // Pdeathsig set: Linux sends SIGKILL to the process when the thread that started it ends,
 // which is when the test binary exits however it exits (a thread of a live Go program
 // only ends with a locked goroutine, and this one ends after the process).
-func (u User) Start(logPath, name string, args ...string) (*Process, error) {
+func (u User) Start(dir, logPath, name string, args ...string) (*Process, error) {
 	if _, err := exec.LookPath(name); err != nil {
 		return nil, fmt.Errorf("testproc: %s is not installed (%w); the topology tests run their own servers", name, err)
 	}
@@ -112,6 +113,7 @@ func (u User) Start(logPath, name string, args ...string) (*Process, error) {
 		defer close(p.done)
 		defer out.Close()
 		cmd := exec.Command(name, args...)
+		cmd.Dir = dir
 		cmd.Stdout, cmd.Stderr = out, out
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: u.cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
@@ -128,6 +130,9 @@ func (u User) Start(logPath, name string, args ...string) (*Process, error) {
 	}
 	return p, nil
 }
+
+// Done is closed when the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
 
 // Exited reports whether the process has exited.
 func (p *Process) Exited() bool {
@@ -195,4 +200,38 @@ func tail(b []byte) string {
 		b = b[len(b)-n:]
 	}
 	return string(b)
+}
+
+// Slot holds the process of a server that is killed and started again; its zero value
+// holds none. It is safe for concurrent use.
+type Slot struct {
+	mu   sync.Mutex
+	proc *Process
+}
+
+// Set records p as the server's running process.
+func (s *Slot) Set(p *Process) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.proc = p
+}
+
+// Running reports whether the server's process runs.
+func (s *Slot) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc != nil && !s.proc.Exited()
+}
+
+// Kill SIGKILLs the server's process group and waits for it to exit; it does nothing if
+// the server does not run.
+func (s *Slot) Kill() error {
+	s.mu.Lock()
+	p := s.proc
+	s.proc = nil
+	s.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	return p.Kill()
 }
