@@ -25,7 +25,7 @@ import (
 const scope = "acct"
 
 // opOf is the operation of a keyed request.
-func opOf(ctx context.Context) *core.Operation { return core.OperationFrom(ctx) }
+func opOf(ctx context.Context) *core.Operation { return core.MustOperation(ctx) }
 
 // envInt reads a positive count from the environment, def when unset.
 func envInt(t testing.TB, name string, def int) int {

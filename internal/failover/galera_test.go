@@ -136,7 +136,7 @@ func galeraApps(t *testing.T, c *galeratopo.Cluster) []*galeraMode {
 					scope varchar(255) NOT NULL, idem_key varchar(255) NOT NULL, run bigint NOT NULL)`, m.orders)).Error)
 			}
 			a.serve(t, store, core.Config{Lease: failoverLease, Hooks: m.causes.hooks()}, func(ctx context.Context, key string, run int64) error {
-				err := gormstore.DB(ctx).Exec(fmt.Sprintf(`INSERT INTO %s (scope, idem_key, run) VALUES (?, ?, ?)`, m.orders), scope, key, run).Error
+				err := gormstore.MustDB(ctx).Exec(fmt.Sprintf(`INSERT INTO %s (scope, idem_key, run) VALUES (?, ?, ?)`, m.orders), scope, key, run).Error
 				var my *gomysql.MySQLError
 				if errors.As(err, &my) {
 					m.causes.add(fmt.Sprintf("503 from the handler (its INSERT: %d)", my.Number))

@@ -65,7 +65,7 @@ func pgApps(t *testing.T, c *pgtopo.Cluster) []*app {
 				store := pgxstore.New(pool, pgxstore.WithTable(keys))
 				require.NoError(t, store.Migrate(ctx))
 				a.serve(t, store, cfg, func(ctx context.Context, key string, run int64) error {
-					_, err := pgxstore.Tx(ctx).Exec(ctx, fmt.Sprintf(`INSERT INTO %s (scope, idem_key, run) VALUES ($1, $2, $3)`, orders), scope, key, run)
+					_, err := pgxstore.MustTx(ctx).Exec(ctx, fmt.Sprintf(`INSERT INTO %s (scope, idem_key, run) VALUES ($1, $2, $3)`, orders), scope, key, run)
 					return err
 				})
 			case "gorm":
@@ -77,7 +77,7 @@ func pgApps(t *testing.T, c *pgtopo.Cluster) []*app {
 				store := gormstore.New(db, gormstore.WithTable(keys))
 				require.NoError(t, store.Migrate(ctx))
 				a.serve(t, store, cfg, func(ctx context.Context, key string, run int64) error {
-					return gormstore.DB(ctx).Exec(fmt.Sprintf(`INSERT INTO %s (scope, idem_key, run) VALUES (?, ?, ?)`, orders), scope, key, run).Error
+					return gormstore.MustDB(ctx).Exec(fmt.Sprintf(`INSERT INTO %s (scope, idem_key, run) VALUES (?, ?, ?)`, orders), scope, key, run).Error
 				})
 			}
 			a.rows = func(ctx context.Context) (map[string]int, error) { return pgRows(ctx, c, orders) }
