@@ -13,6 +13,10 @@
 // requires, and innodb_flush_log_at_trx_commit=0: the tests kill processes, and Galera's
 // durability is the other nodes.
 //
+// Its tests are internal/failover's TestGalera (start, kill, quorum lost; Heal between
+// kills with IDEM_GALERA_KILLS above 1): a cluster takes half a minute to start, so it
+// starts once.
+//
 // Test support only.
 package galeratopo
 
