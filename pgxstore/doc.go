@@ -81,6 +81,16 @@
 // primary key for databases without a stable ctid. A key past its retention already
 // counts as absent to Claim.
 //
+// # A standby
+//
+// On a primary with a streaming standby, give the pool every node and
+// target_session_attrs=read-write: after a promotion it finds the new primary by itself.
+// With asynchronous replication a failover can take back a completion the client was told
+// of; with synchronous replication it cannot, except for a COMMIT whose wait for the
+// standby was cancelled, which PostgreSQL acknowledges with a warning: WatchReplication
+// makes the store see that warning and answer 503 not-recorded (ErrNotReplicated).
+// docs/failover.md has the figures and the settings.
+//
 // # Portability
 //
 // Every statement on the key table filters on scope (a Citus table distributes by it).
