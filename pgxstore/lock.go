@@ -193,11 +193,11 @@ func (l *atomicLock) completeTx(ctx context.Context, sql string, args []any) err
 		l.abort(ctx)
 		return l.completeFailed(ctx, err)
 	}
-	_ = replicated(l.tx.Conn().PgConn(), "")
+	pc := l.tx.Conn().PgConn() // a pool's transaction gives its connection back at Commit
 	if err := l.tx.Commit(ctx); err != nil {
 		return classify(ctx, "commit", err, false)
 	}
-	return replicated(l.tx.Conn().PgConn(), "complete")
+	return replicated(pc, "complete")
 }
 
 // completeFailed classifies a failed completion. A unique violation on the key table means
@@ -348,11 +348,11 @@ func (l *phasedLock) fenced(ctx context.Context, tx pgx.Tx, op, sql string, args
 		return classify(ctx, op, err, false)
 	}
 	if tx != nil {
-		_ = replicated(tx.Conn().PgConn(), "")
+		pc := tx.Conn().PgConn() // a pool's transaction gives its connection back at Commit
 		if err := tx.Commit(ctx); err != nil {
 			return classify(ctx, op+": commit", err, false)
 		}
-		return replicated(tx.Conn().PgConn(), op)
+		return replicated(pc, op)
 	}
 	return nil
 }

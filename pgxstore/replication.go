@@ -56,9 +56,13 @@ func isUnreplicated(n *pgconn.Notice) bool {
 		strings.Contains(n.Detail, "might not have been replicated"))
 }
 
-// replicated returns ErrNotReplicated, wrapped, when the last COMMIT on c came back with
-// the warning of a cut synchronous-replication wait, and forgets the warning. Call it
-// before a COMMIT too, to drop a warning no COMMIT of the store's left.
+// replicated returns ErrNotReplicated, wrapped, when a COMMIT on c came back with the
+// warning of a cut synchronous-replication wait since the last call, and forgets the
+// warning. On a connection the store holds, call it before the COMMIT too, to drop a
+// warning a COMMIT of the application's own left; never on one a pool's transaction gave
+// back at its Commit, which another request may hold by then. (A
+// warning left by the application's own COMMIT then fails the store's next completion on
+// that connection: a 503 whose retry replays.)
 func replicated(c *pgconn.PgConn, op string) error {
 	if c == nil {
 		return nil
