@@ -265,6 +265,19 @@ func (l *load) firstFresh(a *app, since time.Time) (*sent, bool) {
 	return first, first != nil
 }
 
+// lastOf describes a's last n answers.
+func (l *load) lastOf(a *app, n int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for i := len(l.all) - 1; i >= 0 && len(out) < n; i-- {
+		if s := l.all[i]; s.app == a {
+			out = append(out, fmt.Sprintf("[%s %d %.100s]", s.out.Kind, s.status, s.body))
+		}
+	}
+	return strings.Join(out, " ")
+}
+
 // await polls until cond holds, failing the test after bound.
 func await(t *testing.T, bound time.Duration, what string, cond func() bool) {
 	t.Helper()
