@@ -442,7 +442,16 @@ func (e *Engine) complete(ctx context.Context, c *call, lock storage.Lock, resp 
 	err := lock.Complete(ctx, resp)
 	c.complete = c.since() - began
 	if err != nil {
-		return withRelease(err, e.release(ctx, c, lock))
+		rerr := e.release(ctx, c, lock)
+		if errors.Is(rerr, storage.ErrLeaseLost) && !errors.Is(err, storage.ErrLeaseLost) {
+			// The key is no longer this worker's to release after a completion that
+			// failed: that completion may have committed before its answer was lost (a
+			// connection cut at COMMIT, a failover), or another worker finished the key.
+			// The outcome is unknown, not in progress: not-recorded, and a retry gets
+			// the recorded response.
+			return errors.Join(err, fmt.Errorf("idem: releasing the key: %v", rerr))
+		}
+		return withRelease(err, rerr)
 	}
 	return nil
 }
