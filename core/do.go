@@ -70,7 +70,7 @@ func (e *Engine) Do(ctx context.Context, scope, id string, fingerprint []byte, f
 		return nil, false, fmt.Errorf("idem: Do: message ID %q: %w", id, err)
 	}
 	c.Claim = e.claimOf(scope, id, doFingerprint(fingerprint), "", "")
-	out := e.protocol(ctx, c, new(run), nil, func(rn *run, ctx context.Context) (*storage.Response, error) {
+	out := e.protocol(ctx, c, nil, func(rn *run, ctx context.Context) (*storage.Response, error) {
 		res, err := fn(ctx)
 		switch {
 		case err != nil:

@@ -146,7 +146,7 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 	buf := getBuffer()
 	defer putBuffer(buf)
 	var resp *storage.Response
-	out := e.protocol(r.Context(), c, new(run), body.Bytes(), func(rn *run, ctx context.Context) (*storage.Response, error) {
+	out := e.protocol(r.Context(), c, body.Bytes(), func(rn *run, ctx context.Context) (*storage.Response, error) {
 		rn.req = *r.WithContext(ctx) // the copy WithContext makes stays on the stack
 		r2 := &rn.req
 		if r.Body != nil && r.Body != http.NoBody {

@@ -50,9 +50,8 @@ type work func(rn *run, ctx context.Context) (*storage.Response, error)
 
 // protocol claims c's key, runs w under it when the key is free, records what w returns
 // and says what to answer. body is the request body the work's Operation replays (nil
-// for Do). rn is the operation's state, which the caller allocates (an HTTP request's
-// includes the request its handler gets); it is used only when the key is claimed.
-func (e *Engine) protocol(ctx context.Context, c *call, rn *run, body []byte, w work) outcome {
+// for Do).
+func (e *Engine) protocol(ctx context.Context, c *call, body []byte, w work) outcome {
 	claimed, err := e.claim(ctx, c)
 	switch {
 	case err != nil:
@@ -60,7 +59,7 @@ func (e *Engine) protocol(ctx context.Context, c *call, rn *run, body []byte, w 
 	case claimed.Lock == nil:
 		return e.answer(ctx, c, claimed.Verdict, claimed.Record)
 	}
-	return e.execute(ctx, c, claimed.Lock, rn, body, w)
+	return e.execute(ctx, c, claimed.Lock, body, w)
 }
 
 // badScope refuses an operation whose scope checkScope refused with err: the
@@ -160,8 +159,9 @@ func (e *Engine) cancelled(ctx context.Context, c *call, cause error) outcome {
 }
 
 // execute runs w under lock and records its outcome before anything is answered.
-func (e *Engine) execute(ctx context.Context, c *call, lock storage.Lock, rn *run, body []byte, w work) outcome {
+func (e *Engine) execute(ctx context.Context, c *call, lock storage.Lock, body []byte, w work) outcome {
 	e.observe(ctx, c, e.started(ctx, c, lock), 0, nil)
+	rn := new(run) // the operation's state, in one allocation, only once the key is claimed
 	rn.start(ctx, e, c, lock, e.renewedLease(), body)
 	op := &rn.op
 	var (
