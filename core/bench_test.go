@@ -132,19 +132,28 @@ func (s *benchStore) Retention() time.Duration { return 24 * time.Hour }
 
 func (s *benchStore) DeleteExpired(context.Context, time.Time, int) (int, error) { return 0, nil }
 
-func (s *benchStore) Claim(_ context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
+func (s *benchStore) Lookup(_ context.Context, scope, key string) (*storage.Record, time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rec := s.keys[benchKey{scope, key}]; rec != nil {
+		return rec, time.Now(), nil
+	}
+	return nil, time.Now(), storage.ErrNotFound
+}
+
+func (s *benchStore) Claim(_ context.Context, c storage.Claim) (storage.Claimed, error) {
 	if c.Mode != storage.ModePhased {
-		return nil, nil, storage.ErrUnsupportedMode
+		return storage.Claimed{}, storage.ErrUnsupportedMode
 	}
 	k := benchKey{c.Scope, c.Key}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if rec := s.keys[k]; rec != nil {
-		return nil, rec, nil
+		return storage.Claimed{Verdict: storage.Decide(rec, c, time.Time{}), Record: rec}, nil
 	}
 	rec := &storage.Record{Scope: c.Scope, Key: c.Key, Fingerprint: bytes.Clone(c.Fingerprint), State: storage.StateStarted}
 	s.keys[k] = rec
-	return &benchLock{s: s, k: k, rec: rec}, nil, nil
+	return storage.Claimed{Verdict: storage.VerdictAbsent, Lock: &benchLock{s: s, k: k, rec: rec}}, nil
 }
 
 // benchLock holds a started key of a benchStore.

@@ -63,9 +63,12 @@ func (b *buffer) snapshot() []headerField {
 // Header returns the header map of the held response.
 func (b *buffer) Header() http.Header { return b.header }
 
-// WriteHeader records the status; later calls are ignored, as net/http does.
+// WriteHeader records the status; later calls are ignored, as net/http does. An
+// informational status (1xx, such as 103 Early Hints) is dropped: it is not the final
+// status, which the handler writes next, and a held response cannot send it ahead.
+// 101 Switching Protocols is not dropped: it ends the exchange, and is not storable.
 func (b *buffer) WriteHeader(status int) {
-	if b.status == 0 {
+	if b.status == 0 && (status >= 200 || status == http.StatusSwitchingProtocols) {
 		b.status = status
 	}
 }

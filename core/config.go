@@ -69,11 +69,12 @@ type Config struct {
 	LockWait time.Duration
 
 	// StoreTimeout bounds the store's own work for a request, so an unresponsive
-	// database gets a 503 instead of a request that hangs. The claim may take LockWait
-	// plus StoreTimeout; recording the outcome, releasing the key (both run even after
-	// the client hung up, commit and rollback included) and each lease renewal take at
-	// most as long each (storage.Claim.Timeout, which every store enforces). The
-	// handler's own statements are not bounded by it. Default: 5s.
+	// database gets a 503 instead of a request that hangs. The engine puts the deadline
+	// in the context of every store call: the claim may take LockWait plus StoreTimeout;
+	// recording the outcome, releasing the key (both run even after the client hung up,
+	// commit and rollback included), reading a twin's outcome and each lease renewal
+	// take at most StoreTimeout each. The handler's own statements are not bounded by
+	// it. Default: 5s.
 	StoreTimeout time.Duration
 
 	// MaxRequestBody is the largest request body read; a larger one is a 413 problem
@@ -114,16 +115,18 @@ type Config struct {
 
 	// Logger gets one structured line (scope, key, method, path, the route when the
 	// router names one, each cut to its first 64 bytes, and the error) per non-happy
-	// outcome: Error for a store failure, a failed recording, a misconfiguration (an
-	// empty scope or one no store can hold, the middleware twice on a route) or a resumed
-	// operation that never reached its recorded recovery point (with the point); Warn for a key reused with another request
-	// (422) and a key that could not be released; Info for an answer of 409 in progress
-	// (a lost lease included) or 503 collision, and for a takeover of an expired lease
-	// (with the recovery point it resumes from); Debug for a released key (after a 5xx, a
-	// panic, a cancelled request or an error from Do's function, with the reason). The
-	// happy path (a first request recorded, a replay) logs nothing, and neither does a
-	// request refused for a bad key or body: that is the client's error, for an access
-	// log. Default: a logger that discards everything.
+	// outcome, for a request and for Do alike: Error for a store failure, a failed
+	// recording, a misconfiguration (an empty scope or one no store can hold, the
+	// middleware twice on a route) or a resumed operation that never reached its
+	// recorded recovery point (with the point); Warn for a key reused with another
+	// request (422) and a key that could not be released; Info for an answer of 409 in
+	// progress (a lost lease included) or 503 collision, a request cancelled before its
+	// outcome was recorded (the client hung up), a lease renewal that found the key taken
+	// over, and a takeover of an expired lease (with the recovery point it resumes from);
+	// Debug for a released key (after a 5xx, a panic or an error from Do's function, with
+	// the reason). The happy path (a first request recorded, a replay) logs nothing, and
+	// neither does a request refused for a bad key or body: that is the client's error,
+	// for an access log. Default: a logger that discards everything.
 	Logger *slog.Logger
 
 	// Hooks observes every outcome. Default: nil (none).

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -123,10 +125,10 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 	c.Key = key
 	sc := scope()
 	if err := checkScope(sc); err != nil {
-		e.badScope(w, r, c, sc, err)
+		e.respond(w, r, c, nil, e.badScope(r.Context(), c, sc, err))
 		return true, body
 	}
-
+	c.Scope = sc
 	if body == nil {
 		body, err = e.readBody(r)
 		if err != nil {
@@ -139,36 +141,50 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 		e.reject(w, r, c, e.newProblem(ProblemBodyUnreadable, "The request could not be fingerprinted.", err))
 		return true, body
 	}
+	c.Claim = e.claimOf(c.Scope, key, fp, r.Method, c.Path)
 
-	c.Claim = storage.Claim{Scope: sc, Key: key, Fingerprint: fp, Method: r.Method, Path: c.Path,
-		Mode: e.mode, Lease: e.cfg.Lease, LockWait: e.cfg.LockWait, Retention: e.retention, Timeout: e.cfg.LockWait + e.cfg.StoreTimeout}
-	lock, rec, err := e.claim(r.Context(), c)
-	switch {
-	case err != nil:
-		e.storeFailed(w, r, c, err)
-		return true, body
-	case rec != nil:
-		e.answer(w, r, c, rec)
-		return true, body
-	default:
-		e.execute(w, r, c, lock, body.Bytes(), next)
-		return true, body
+	buf := getBuffer()
+	defer putBuffer(buf)
+	var resp *storage.Response
+	out := e.protocol(r.Context(), c, body.Bytes(), func(rn *run, ctx context.Context) (*storage.Response, error) {
+		rn.req = *r.WithContext(ctx) // the copy WithContext makes stays on the stack
+		r2 := &rn.req
+		if r.Body != nil && r.Body != http.NoBody {
+			r2.Body = rn
+		}
+		next(buf, r2)
+		if status := buf.Status(); !e.cfg.Storable(status) {
+			return nil, fmt.Errorf("idem: status %d is not storable", status)
+		}
+		resp = e.recordable(buf)
+		return resp, nil
+	})
+	if resp != nil {
+		putResponse(resp)
 	}
+	e.respond(w, r, c, buf, out)
+	return true, body
 }
 
-// badScope refuses a request whose scope function returned a scope that checkScope
-// refused (err): the application's bug, so a 500 problem and an error log line.
-func (e *Engine) badScope(w http.ResponseWriter, r *http.Request, c *call, scope string, err error) {
-	if errors.Is(err, ErrEmptyScope) {
-		e.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idem: the scope function returned an empty scope; refusing the request (is the idempotency middleware mounted before authentication?)",
-			e.attrs(c, err)...)
-		e.reject(w, r, c, e.newProblem(ProblemMisconfigured, "The server could not tell which caller this request belongs to, so it did not run it. This is a server misconfiguration, not a client error.", err))
-		return
+// claimOf is the claim of key in scope for a request (or a Do) with fingerprint fp.
+func (e *Engine) claimOf(scope, key string, fp []byte, method, path string) storage.Claim {
+	return storage.Claim{Scope: scope, Key: key, Fingerprint: fp, Method: method, Path: path,
+		Mode: e.mode, Lease: e.cfg.Lease, LockWait: e.cfg.LockWait, Retention: e.retention}
+}
+
+// respond writes out, the protocol's outcome for a request, on w: a problem, a replay, or
+// the handler's own response held in buf; then it reports the final event.
+func (e *Engine) respond(w http.ResponseWriter, r *http.Request, c *call, buf *buffer, out outcome) {
+	switch {
+	case out.problem != "":
+		e.problem(w, r, c, out.event, e.newProblem(out.problem, out.detail, out.err))
+	case out.replay != nil:
+		e.replayResponse(w, r, c, out.replay)
+	default: // the handler's response, recorded or not to be
+		status := buf.Status()
+		writeBuffer(w, buf)
+		e.observe(r.Context(), c, out.event, status, out.err)
 	}
-	c.Scope = clip(scope)
-	e.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idem: the scope function returned a scope no store can hold; refusing the request (a scope is 1-255 bytes of valid UTF-8 without NUL)",
-		e.attrs(c, err)...)
-	e.reject(w, r, c, e.newProblem(ProblemMisconfigured, "The server named the caller of this request in a form it cannot store, so it did not run it. This is a server misconfiguration, not a client error.", err))
 }
 
 // nested refuses a request that already runs under an operation: a second idem
@@ -216,78 +232,6 @@ func (e *Engine) applies(r *http.Request) bool {
 	return false
 }
 
-// call is one keyed request or Do as the engine handles it: the claim it makes and what
-// its events report. The timings are read only when Hooks is set (start is zero
-// otherwise): one wall-clock read at the entry, monotonic offsets from it after.
-type call struct {
-	storage.Claim
-	route    string        // http.Request.Pattern
-	start    time.Time     // the engine's entry
-	claim    time.Duration // in Store.Claim
-	complete time.Duration // in Lock.Complete
-	release  time.Duration // in Lock.Release
-}
-
-// now is the start of a call: the zero time, and no clock read, when nothing observes.
-func (e *Engine) now() time.Time {
-	if e.cfg.Hooks == nil {
-		return time.Time{}
-	}
-	return time.Now()
-}
-
-// since is the time since c's start, 0 when its start was not read. time.Since reads
-// only the monotonic clock.
-func (c *call) since() time.Duration {
-	if c.start.IsZero() {
-		return 0
-	}
-	return time.Since(c.start)
-}
-
-// claim asks the store, waiting up to LeaseWait for a live phased lease with the same
-// fingerprint to finish.
-func (e *Engine) claim(ctx context.Context, c *call) (storage.Lock, *storage.Record, error) {
-	var deadline time.Time
-	for {
-		began := c.since()
-		lock, rec, err := e.cfg.Store.Claim(ctx, c.Claim)
-		c.claim += c.since() - began
-		if err != nil || rec == nil || e.cfg.LeaseWait <= 0 || storage.Decide(rec, c.Claim, time.Time{}) != storage.VerdictInProgress {
-			return lock, rec, err
-		}
-		if deadline.IsZero() {
-			deadline = time.Now().Add(e.cfg.LeaseWait)
-		}
-		wait := min(50*time.Millisecond, time.Until(deadline))
-		if wait <= 0 {
-			return nil, rec, nil
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, rec, nil
-		case <-t.C:
-		}
-	}
-}
-
-// answer responds to a request whose key is held by rec, as storage.Decide says (a
-// record the store reported: the time rules are behind it).
-func (e *Engine) answer(w http.ResponseWriter, r *http.Request, c *call, rec *storage.Record) {
-	switch v := storage.Decide(rec, c.Claim, time.Time{}); {
-	case v == storage.VerdictMismatch:
-		e.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "idem: key reused with a different request; answering 422", e.attrs(c, ErrKeyReused)...)
-		e.problem(w, r, c, OutcomeMismatch, e.newProblem(ProblemKeyReused,
-			fmt.Sprintf("This %s was first used with a different request (method, path or body); use a new key for a new request.", e.cfg.Key.noun(e.cfg.HeaderName)), ErrKeyReused))
-	case v == storage.VerdictReplay && rec.Response != nil:
-		e.replayResponse(w, r, c, rec.Response)
-	default:
-		e.inProgress(w, r, c, storage.ErrInProgress)
-	}
-}
-
 const (
 	replayedHeader = "Idempotent-Replayed"
 	// omittedHeader marks a stored response whose body was over MaxResponseBody. It is
@@ -317,207 +261,6 @@ func (e *Engine) replayResponse(w http.ResponseWriter, r *http.Request, c *call,
 	w.WriteHeader(resp.Status)
 	_, _ = w.Write(resp.Body)
 	e.observe(r.Context(), c, OutcomeReplayed, resp.Status, nil)
-}
-
-// execute runs the handler under lock and records its outcome before anything reaches
-// the client.
-func (e *Engine) execute(w http.ResponseWriter, r *http.Request, c *call, lock storage.Lock, body []byte, next func(http.ResponseWriter, *http.Request)) {
-	e.observe(r.Context(), c, e.started(r.Context(), c, lock), 0, nil)
-
-	rr := new(requestRun)
-	rn := &rr.run
-	rn.start(r.Context(), c.Scope, c.Key, lock, e.renewedLease(), body)
-	op := &rn.op
-	rr.req = *r.WithContext(lock.Context(rn)) // the copy WithContext makes stays on the stack
-	r2 := &rr.req
-	if r.Body != nil && r.Body != http.NoBody {
-		r2.Body = rn
-	}
-	buf := getBuffer()
-	e.guard(r.Context(), c, lock, op, func() { next(buf, r2) })
-	defer putBuffer(buf)
-
-	// The context the outcome is recorded with: the handler's work is done, so a client
-	// that hangs up now must not abort the commit half-way. The store bounds Complete and
-	// Release itself (Claim.Timeout), so no timer is paid here on stores that never block.
-	rctx := context.WithoutCancel(r.Context())
-	if err := interrupted(r.Context(), op); err != nil {
-		if errors.Is(err, storage.ErrLeaseLost) {
-			e.inProgress(w, r, c, withRelease(err, e.release(rctx, c, lock)))
-			return
-		}
-		e.problem(w, r, c, OutcomeRolledBack, e.newProblem(ProblemNotRecorded,
-			"The request was cancelled before it finished; nothing was recorded, so it may be retried with the same key.", e.rolledBack(rctx, c, lock, err)))
-		return
-	}
-	status := buf.Status()
-	if !e.cfg.Storable(status) {
-		err := e.rolledBack(rctx, c, lock, fmt.Errorf("idem: status %d is not storable", status))
-		writeBuffer(w, buf)
-		e.observe(r.Context(), c, OutcomeRolledBack, status, err)
-		return
-	}
-	if err := op.unreached(); err != nil {
-		err = e.cannotResume(rctx, c, lock, op.resume, err)
-		e.problem(w, r, c, OutcomeRolledBack, e.newProblem(ProblemCannotResume,
-			fmt.Sprintf("An earlier attempt of this request completed the step %q, which the server no longer runs, so the request was not completed and nothing of this attempt was recorded. This is a server error: retry with the same key once it is fixed, and the request resumes after that step.", op.resume), err))
-		return
-	}
-	resp := e.recordable(buf)
-	err := e.complete(rctx, c, lock, resp)
-	putResponse(resp)
-	if err != nil {
-		if errors.Is(err, storage.ErrLeaseLost) {
-			e.inProgress(w, r, c, err)
-			return
-		}
-		if rec := e.twinRecord(rctx, c, err); rec != nil {
-			e.answer(w, r, c, rec)
-			return
-		}
-		e.cfg.Logger.LogAttrs(rctx, slog.LevelError, "idem: recording the response failed; the client gets 503 and may retry", e.attrs(c, err)...)
-		e.problem(w, r, c, OutcomeStoreError, e.newProblem(ProblemNotRecorded,
-			"The request's outcome could not be recorded or confirmed. Retry with the same key: you will get its result, and it runs at most once.", err))
-		return
-	}
-	writeBuffer(w, buf)
-	e.observe(r.Context(), c, OutcomeCompleted, status, nil)
-}
-
-// The steps below run every claimed operation, an HTTP request's (execute) or a
-// function's (Do).
-
-// started reports the claim of c's key, which a takeover also logs, at Info: an
-// earlier attempt crashed or outlived its lease.
-func (e *Engine) started(ctx context.Context, c *call, lock storage.Lock) Outcome {
-	if !lock.Resumed() {
-		return OutcomeClaimed
-	}
-	e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "idem: took over a key whose lease expired; its operation runs again from its recovery point",
-		append(e.attrs(c, nil), slog.String("recovery_point", lock.RecoveryPoint()))...)
-	return OutcomeResumed
-}
-
-// renewedLease is the lease the engine renews while an operation's work runs: the
-// configured Lease in phased mode; 0 (no lease, nothing to renew) in atomic mode.
-func (e *Engine) renewedLease() time.Duration {
-	if e.mode == ModePhased {
-		return e.cfg.Lease
-	}
-	return 0
-}
-
-// guard runs f, the operation's work under lock, then stops renewing the lease. On a panic
-// it releases the key, then re-raises the panic (so a framework's recovery still answers).
-func (e *Engine) guard(ctx context.Context, c *call, lock storage.Lock, op *Operation, f func()) {
-	defer func() {
-		op.endWork()
-		if p := recover(); p != nil {
-			err := e.rolledBack(context.WithoutCancel(ctx), c, lock, fmt.Errorf("idem: panicked: %v", p))
-			e.observe(ctx, c, OutcomeRolledBack, 0, err)
-			panic(p)
-		}
-	}()
-	f()
-}
-
-// interrupted reports why an operation whose work has returned must not be recorded: a
-// phase found its lease taken over (an error wrapping storage.ErrLeaseLost), or ctx was cancelled
-// (its cause). nil means record it.
-func interrupted(ctx context.Context, op *Operation) error {
-	switch {
-	case op.leaseErr != nil:
-		return op.leaseErr
-	case ctx.Err() != nil:
-		return context.Cause(ctx)
-	}
-	return nil
-}
-
-// complete records resp as c's outcome. When that fails it releases the key, so a retry
-// runs again (in atomic mode nothing committed), and returns the store's error, which
-// wraps storage.ErrLeaseLost when another worker took the key over (and a failed release's).
-func (e *Engine) complete(ctx context.Context, c *call, lock storage.Lock, resp *storage.Response) error {
-	began := c.since()
-	err := lock.Complete(ctx, resp)
-	c.complete = c.since() - began
-	if err != nil {
-		rerr := e.release(ctx, c, lock)
-		if errors.Is(rerr, storage.ErrLeaseLost) && !errors.Is(err, storage.ErrLeaseLost) {
-			// The key is no longer this worker's to release after a completion that
-			// failed: that completion may have committed before its answer was lost (a
-			// connection cut at COMMIT, a failover), or another worker finished the key.
-			// The outcome is unknown, not in progress: not-recorded, and a retry gets
-			// the recorded response.
-			return errors.Join(err, fmt.Errorf("idem: releasing the key: %v", rerr))
-		}
-		return withRelease(err, rerr)
-	}
-	return nil
-}
-
-// twinRecord reads back the key's record after a completion failed with err because a
-// twin recorded the key first (storage.ErrRecordedFirst): everything of this request rolled back,
-// so the twin's outcome is the answer. Claiming again finds the record; nil when err is
-// another failure, or when the record cannot be read (then a claim that got the key
-// instead, the twin's record being gone, gives it up at once).
-func (e *Engine) twinRecord(ctx context.Context, c *call, err error) *storage.Record {
-	if !errors.Is(err, storage.ErrRecordedFirst) {
-		return nil
-	}
-	e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "idem: a twin recorded the key first; this request rolled back and answers with the twin's outcome", e.attrs(c, err)...)
-	began := c.since()
-	lock, rec, err := e.cfg.Store.Claim(ctx, c.Claim)
-	c.claim += c.since() - began
-	if err != nil {
-		return nil
-	}
-	if lock != nil {
-		_ = lock.Release(ctx)
-		return nil
-	}
-	return rec
-}
-
-// release gives the key up, so that a retry runs again, and returns the store's error.
-// The caller reports it, in the one log line and the one final event of the operation.
-func (e *Engine) release(ctx context.Context, c *call, lock storage.Lock) error {
-	began := c.since()
-	err := lock.Release(ctx)
-	c.release = c.since() - began
-	return err
-}
-
-// rolledBack releases the key of an outcome that is not recorded, for cause, and logs it
-// in one line: Debug, as a retry simply runs again, or Warn when the key could not be
-// released. It returns the error for the OutcomeRolledBack event.
-func (e *Engine) rolledBack(ctx context.Context, c *call, lock storage.Lock, cause error) error {
-	if err := e.release(ctx, c, lock); err != nil {
-		e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: releasing the key failed", append(e.attrs(c, err), slog.Any("cause", cause))...)
-		return withRelease(cause, err)
-	}
-	e.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "idem: released the key; a retry runs again", e.attrs(c, cause)...)
-	return cause
-}
-
-// cannotResume releases the key of an operation whose work never reached its recorded
-// recovery point (cause wraps ErrRecoveryPointUnreached): nothing is recorded, and the
-// release keeps the point, so a deploy that runs the phase again resumes after it. It
-// logs the error and returns it (with a failed release's) for the caller's answer.
-func (e *Engine) cannotResume(ctx context.Context, c *call, lock storage.Lock, point string, cause error) error {
-	err := withRelease(cause, e.release(ctx, c, lock))
-	e.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idem: the handler never reached the recovery point an earlier attempt recorded "+
-		"(a phase renamed or removed?); nothing was recorded and the key keeps its point for a deploy that runs that phase",
-		append(e.attrs(c, err), slog.String("recovery_point", point))...)
-	return err
-}
-
-// withRelease adds a failed release to err.
-func withRelease(err, releaseErr error) error {
-	if releaseErr == nil {
-		return err
-	}
-	return errors.Join(err, fmt.Errorf("idem: releasing the key: %w", releaseErr))
 }
 
 var responsePool = sync.Pool{New: func() any { return &storage.Response{Header: make(http.Header, 4)} }}
@@ -566,60 +309,6 @@ func writeBuffer(w http.ResponseWriter, buf *buffer) {
 	_, _ = w.Write(buf.Bytes())
 }
 
-func (e *Engine) storeFailed(w http.ResponseWriter, r *http.Request, c *call, err error) {
-	switch {
-	case errors.Is(err, storage.ErrInProgress):
-		e.inProgress(w, r, c, err)
-	case errors.Is(err, storage.ErrTransient):
-		e.cfg.Logger.LogAttrs(r.Context(), slog.LevelInfo, "idem: collided with a twin and rolled back; answering 503", e.attrs(c, err)...)
-		e.problem(w, r, c, OutcomeConflict, e.newProblem(ProblemCollision,
-			"The request collided with another one and was rolled back; retry with the same key.", err))
-	default:
-		e.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idem: store failed; refusing to run the request unprotected", e.attrs(c, err)...)
-		e.problem(w, r, c, OutcomeStoreError, e.newProblem(ProblemStoreUnavailable,
-			"The request was not run because its idempotency key could not be checked. Retry with the same key.", err))
-	}
-}
-
-func (e *Engine) inProgress(w http.ResponseWriter, r *http.Request, c *call, err error) {
-	e.cfg.Logger.LogAttrs(r.Context(), slog.LevelInfo, "idem: key in progress; answering 409", e.attrs(c, err)...)
-	e.problem(w, r, c, OutcomeConflict, e.newProblem(ProblemInProgress,
-		fmt.Sprintf("A request with this %s is still being processed. Retry later with the same key to get its response.", e.cfg.Key.noun(e.cfg.HeaderName)), err))
-}
-
-// attrs are the fields of every log line about c: scope, key, method, path, the route
-// when the router names one, and err unless nil. Each value a client can influence is
-// clipped to maxLogged bytes.
-func (e *Engine) attrs(c *call, err error) []slog.Attr {
-	a := append(make([]slog.Attr, 0, 7), slog.String("scope", clip(c.Scope)), slog.String("key", clip(c.Key)),
-		slog.String("method", clip(c.Method)), slog.String("path", clip(c.Path)))
-	if c.route != "" {
-		a = append(a, slog.String("route", clip(c.route)))
-	}
-	if err != nil {
-		a = append(a, slog.Any("error", err))
-	}
-	return a
-}
-
-// maxLogged is the most bytes of a value a client can influence (scope, key, method,
-// path, route) that a log line or a problem's detail carries, so a client cannot make
-// one request write a megabyte of log.
-const maxLogged = 64
-
-// clip returns s, or its first maxLogged bytes (cut before a UTF-8 sequence that would
-// not fit) followed by "…".
-func clip(s string) string {
-	if len(s) <= maxLogged {
-		return s
-	}
-	i := maxLogged
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
-}
-
 func (e *Engine) reject(w http.ResponseWriter, r *http.Request, c *call, p *Problem) {
 	e.problem(w, r, c, OutcomeRejected, p)
 }
@@ -629,17 +318,12 @@ func (e *Engine) problem(w http.ResponseWriter, r *http.Request, c *call, outcom
 	e.observe(r.Context(), c, outcome, p.Status, p.Err)
 }
 
-func (e *Engine) observe(ctx context.Context, c *call, outcome Outcome, status int, err error) {
-	if e.cfg.Hooks == nil {
-		return
-	}
-	e.cfg.Hooks.Observe(ctx, Event{Outcome: outcome, Scope: c.Scope, Key: c.Key, Method: c.Method, Path: c.Path, Route: c.route, Status: status, Err: err,
-		Elapsed: c.since(), StoreClaim: c.claim, StoreComplete: c.complete, StoreRelease: c.release})
-}
-
 func (e *Engine) bodyProblem(err error) *Problem {
-	if errors.Is(err, ErrBodyTooLarge) {
+	switch {
+	case errors.Is(err, ErrBodyTooLarge):
 		return e.newProblem(ProblemBodyTooLarge, fmt.Sprintf("The request body is over %d bytes.", e.cfg.MaxRequestBody), err)
+	case errors.Is(err, errBodyTimeout):
+		return e.newProblem(ProblemBodyTimeout, "The request body did not arrive in time (the server's read deadline passed); nothing ran.", err)
 	}
 	return e.newProblem(ProblemBodyUnreadable, "The request body could not be read.", err)
 }
@@ -708,12 +392,20 @@ func growBody(buf []byte, most int64) []byte {
 	return append(make([]byte, 0, c), buf...)
 }
 
+// errBodyTimeout marks a body read that ran out of time: the server's read deadline
+// (http.Server.ReadTimeout) passed while the client trickled the body.
+var errBodyTimeout = errors.New("idem: reading the request body timed out")
+
 // readError classifies a failed body read; out of the read loop, so that the target
 // of errors.As escapes only when there is an error.
 func readError(err error) error {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return fmt.Errorf("%w: %w", ErrBodyTooLarge, err)
+	}
+	var ne net.Error
+	if errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		return fmt.Errorf("%w: %w", errBodyTimeout, err)
 	}
 	return fmt.Errorf("idem: reading the request body: %w", err)
 }

@@ -1,12 +1,14 @@
 package core_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +16,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
@@ -210,12 +215,13 @@ type claimWatcher struct {
 	sawStarted func()
 }
 
-func (s *claimWatcher) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
-	lock, rec, err := s.Store.Claim(ctx, c)
+func (s *claimWatcher) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, error) {
+	claimed, err := s.Store.Claim(ctx, c)
+	lock, rec := claimed.Lock, claimed.Record
 	if rec != nil && rec.State == storage.StateStarted {
 		s.sawStarted()
 	}
-	return lock, rec, err
+	return storage.Claimed{Verdict: claimed.Verdict, Lock: lock, Record: rec}, err
 }
 
 func TestKeyMissingOrMalformed(t *testing.T) {
@@ -385,15 +391,18 @@ type failingStore struct {
 	released    atomic.Int64
 }
 
-func (s *failingStore) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
+func (s *failingStore) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, error) {
 	if s.claimErr != nil {
-		return nil, nil, s.claimErr
+		return storage.Claimed{}, s.claimErr
 	}
-	return &failingLock{s: s}, nil, nil
+	return storage.Claimed{Verdict: storage.VerdictAbsent, Lock: &failingLock{s: s}}, nil
 }
 func (s *failingStore) DeleteExpired(context.Context, time.Time, int) (int, error) { return 0, nil }
-func (s *failingStore) SupportsAtomic() bool                                       { return false }
-func (s *failingStore) Retention() time.Duration                                   { return 24 * time.Hour }
+func (s *failingStore) Lookup(context.Context, string, string) (*storage.Record, time.Time, error) {
+	return nil, time.Time{}, storage.ErrNotFound
+}
+func (s *failingStore) SupportsAtomic() bool     { return false }
+func (s *failingStore) Retention() time.Duration { return 24 * time.Hour }
 
 type failingLock struct{ s *failingStore }
 
@@ -589,4 +598,73 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 	if _, err := core.New(core.Config{Store: memstore.New(), Mode: core.ModeAtomic}); !errors.Is(err, storage.ErrUnsupportedMode) {
 		t.Errorf("atomic on memstore: %v, want storage.ErrUnsupportedMode", err)
 	}
+}
+
+// TestEarlyHintsAreNotTheFinalStatus: a handler that sends 103 Early Hints and then its
+// 201, through a real server: the client gets the 201 and its body, the 201 is recorded,
+// and the retry gets it replayed; the handler runs once. (A 103 taken for the final
+// status was sent as a 200 with the 201's body, and released the key: not storable.)
+func TestEarlyHintsAreNotTheFinalStatus(t *testing.T) {
+	t.Parallel()
+	eng, err := core.New(core.Config{Store: memstore.New()})
+	require.NoError(t, err)
+	var runs atomic.Int32
+	srv := httptest.NewServer(eng.Middleware(accountScope)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.Header().Set("Link", "</app.css>; rel=preload; as=style")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Set("Location", "/orders/1")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"id":1}`)
+	})))
+	t.Cleanup(srv.Close)
+	for i, replayed := range []string{"", "true"} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/orders", strings.NewReader(orderJSON))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", "hints-1")
+		req.Header.Set("X-Account-ID", "acme")
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		assert.Equal(t, http.StatusCreated, resp.StatusCode, "request %d: the final status", i+1)
+		assert.Equal(t, `{"id":1}`, string(body), "request %d", i+1)
+		assert.Equal(t, "/orders/1", resp.Header.Get("Location"), "request %d", i+1)
+		assert.Equal(t, replayed, resp.Header.Get("Idempotent-Replayed"), "request %d", i+1)
+	}
+	assert.Equal(t, int32(1), runs.Load(), "the handler runs once")
+}
+
+// TestTrickledBodyIs408: a body that does not arrive before the server's read deadline
+// (http.Server.ReadTimeout) is a 408 problem, not a 400 unreadable body; the handler does
+// not run and nothing is claimed.
+func TestTrickledBodyIs408(t *testing.T) {
+	t.Parallel()
+	store := memstore.New()
+	eng, err := core.New(core.Config{Store: store})
+	require.NoError(t, err)
+	var runs atomic.Int32
+	srv := httptest.NewUnstartedServer(eng.Middleware(accountScope)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	})))
+	srv.Config.ReadTimeout = 200 * time.Millisecond
+	srv.Start()
+	t.Cleanup(srv.Close)
+
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	// Ten bytes declared, one sent: the server's read deadline passes while it waits.
+	_, err = io.WriteString(conn, "POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: slow-1\r\nX-Account-ID: acme\r\nContent-Length: 10\r\n\r\n{")
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusRequestTimeout, resp.StatusCode, "body %s", body)
+	assert.Contains(t, string(body), string(core.ProblemBodyTimeout))
+	assert.Zero(t, runs.Load(), "the handler does not run")
+	assert.Zero(t, store.Len(), "nothing is claimed")
 }

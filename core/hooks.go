@@ -21,7 +21,8 @@ const (
 	OutcomeConflict   Outcome = "conflict"    // the key is in progress or its lease was lost (409), or a twin collided and rolled back (503)
 	OutcomeMismatch   Outcome = "mismatch"    // the key was reused with another request: 422
 	OutcomeCompleted  Outcome = "completed"   // the response was recorded (and committed)
-	OutcomeRolledBack Outcome = "rolled_back" // the handler's answer was not recorded and the key released: an unstorable status (5xx), a panic, a cancelled request, or a recovery point never reached (500)
+	OutcomeRolledBack Outcome = "rolled_back" // the handler's answer was not recorded and the key released: an unstorable status (5xx), a panic, a deadline that passed, or a recovery point never reached (500)
+	OutcomeCancelled  Outcome = "cancelled"   // the caller went away (its context was cancelled) before the outcome was recorded: nothing kept, the key released
 	OutcomeRejected   Outcome = "rejected"    // refused before any claim: bad key or body (400, 413), a misconfiguration (500: an empty or invalid scope, the middleware twice on a route)
 	OutcomeStoreError Outcome = "store_error" // the store failed (503): before the handler, or recording its outcome (the key is then released)
 )

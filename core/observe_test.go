@@ -77,11 +77,17 @@ type scriptedStore struct {
 	takenOver                         bool
 }
 
-func (s *scriptedStore) Claim(context.Context, storage.Claim) (storage.Lock, *storage.Record, error) {
+func (s *scriptedStore) Claim(context.Context, storage.Claim) (storage.Claimed, error) {
 	if s.claimErr != nil {
-		return nil, nil, s.claimErr
+		return storage.Claimed{}, s.claimErr
 	}
-	return &scriptedLock{s}, nil, nil
+	if s.takenOver {
+		return storage.Claimed{Verdict: storage.VerdictTakeOver, Lock: &scriptedLock{s}}, nil
+	}
+	return storage.Claimed{Verdict: storage.VerdictAbsent, Lock: &scriptedLock{s}}, nil
+}
+func (s *scriptedStore) Lookup(context.Context, string, string) (*storage.Record, time.Time, error) {
+	return nil, time.Time{}, storage.ErrNotFound
 }
 func (s *scriptedStore) DeleteExpired(context.Context, time.Time, int) (int, error) { return 0, nil }
 func (s *scriptedStore) SupportsAtomic() bool                                       { return false }
@@ -194,9 +200,9 @@ func TestEachOutcomeIsOneEventAndOneLogLine(t *testing.T) {
 		{name: "store failure", store: &scriptedStore{claimErr: boom},
 			events: []want{{core.OutcomeStoreError, 503}}, line: &line{slog.LevelError, "store failed", "boom"}},
 		{name: "recording failed", store: &scriptedStore{completeErr: boom},
-			events: []want{{core.OutcomeClaimed, 0}, {core.OutcomeStoreError, 503}}, line: &line{slog.LevelError, "recording the response failed", "boom"}},
+			events: []want{{core.OutcomeClaimed, 0}, {core.OutcomeStoreError, 503}}, line: &line{slog.LevelError, "recording the outcome failed", "boom"}},
 		{name: "recording failed and release failed", store: &scriptedStore{completeErr: boom, releaseErr: errors.New("conn closed")},
-			events: []want{{core.OutcomeClaimed, 0}, {core.OutcomeStoreError, 503}}, line: &line{slog.LevelError, "recording the response failed", "conn closed"}},
+			events: []want{{core.OutcomeClaimed, 0}, {core.OutcomeStoreError, 503}}, line: &line{slog.LevelError, "recording the outcome failed", "conn closed"}},
 		{name: "lease lost", store: &scriptedStore{completeErr: fmt.Errorf("fenced: %w", storage.ErrLeaseLost)},
 			events: []want{{core.OutcomeClaimed, 0}, {core.OutcomeConflict, 409}}, line: &line{slog.LevelInfo, "in progress", "lease"}},
 		{name: "released after a 5xx", handler: func(w http.ResponseWriter, _ *http.Request, _ func()) { w.WriteHeader(http.StatusBadGateway) },
@@ -207,7 +213,7 @@ func TestEachOutcomeIsOneEventAndOneLogLine(t *testing.T) {
 			cancel()
 			w.WriteHeader(http.StatusCreated)
 		},
-			events: []want{{core.OutcomeClaimed, 0}, {core.OutcomeRolledBack, 503}}, line: &line{slog.LevelDebug, "released the key", "canceled"}},
+			events: []want{{core.OutcomeClaimed, 0}, {core.OutcomeCancelled, 503}}, line: &line{slog.LevelInfo, "cancelled before its outcome was recorded", "canceled"}},
 		{name: "release failed", store: &scriptedStore{releaseErr: errors.New("conn closed")},
 			handler: func(w http.ResponseWriter, _ *http.Request, _ func()) { w.WriteHeader(http.StatusBadGateway) },
 			events:  []want{{core.OutcomeClaimed, 0}, {core.OutcomeRolledBack, 502}}, line: &line{slog.LevelWarn, "releasing the key failed", "conn closed"}},

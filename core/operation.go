@@ -18,62 +18,36 @@ type operationKey struct{}
 // Operation is the idempotent operation a keyed request (or an Engine.Do) runs, as its
 // handler sees it. Get it with MustOperation. It is used by the request's goroutine only.
 type Operation struct {
-	key      string
-	scope    string
-	lock     storage.Lock
-	point    string // last committed recovery point
-	resume   string // recovery point to resume after; "" once reached
-	leaseErr error
-	renewal  *renewal // phased mode: renews the lease while the work runs; nil otherwise
+	key    string
+	scope  string
+	lock   storage.Lock
+	point  string // last committed recovery point
+	resume string // recovery point to resume after; "" once reached
+	lease  lease  // whether the key is known lost; in phased mode, its renewal
 }
 
-// run is the per-request state of an executing operation, in one allocation: the
-// context the handler gets (its parent plus the Operation), the Operation, and the
-// replayable request body.
+// run is the per-operation state of an executing operation, in one allocation: the
+// context its work gets (its parent plus the Operation), the Operation, the replayable
+// request body, and for an HTTP request the request its handler gets (the original's
+// copy with the run's context).
 type run struct {
 	context.Context
 	op   Operation
 	body bytes.Reader
+	req  http.Request
 }
 
-// requestRun is the run of an HTTP request, with the request the handler gets: the
-// original's copy with the run's context.
-type requestRun struct {
-	run
-	req http.Request
-}
-
-func newRun(parent context.Context, scope, key string, lock storage.Lock, lease time.Duration, body []byte) *run {
-	rn := new(run)
-	rn.start(parent, scope, key, lock, lease, body)
-	return rn
-}
-
-// start makes rn the state of an operation that runs under lock. A positive lease (phased
-// mode) starts renewing it; endWork stops that.
-func (rn *run) start(parent context.Context, scope, key string, lock storage.Lock, lease time.Duration, body []byte) {
+// start makes rn the state of an operation that runs under lock, and starts renewing its
+// lease of length lease (phased mode; 0 in atomic mode, which has none) until the work
+// returns (guard stops it).
+func (rn *run) start(parent context.Context, e *Engine, c *call, lock storage.Lock, lease time.Duration, body []byte) {
 	rn.Context = parent
-	rn.op = Operation{key: key, scope: scope, lock: lock, point: lock.RecoveryPoint()}
+	rn.op = Operation{key: c.Key, scope: c.Scope, lock: lock, point: lock.RecoveryPoint()}
 	if rn.op.point != storage.RecoveryStarted {
 		rn.op.resume = rn.op.point
 	}
-	if lease > 0 {
-		rn.op.renewal = startRenewal(parent, lock, lease)
-	}
+	rn.op.lease.start(parent, e, c, lock, lease)
 	rn.body.Reset(body)
-}
-
-// endWork stops renewing the lease once the operation's work has returned, before its
-// outcome is recorded or its key released; a renewal that found the lease taken over
-// counts as a phase that did (leaseErr).
-func (o *Operation) endWork() {
-	if o.renewal == nil {
-		return
-	}
-	if err := o.renewal.stop(); err != nil && o.leaseErr == nil {
-		o.leaseErr = err
-	}
-	o.renewal = nil
 }
 
 // unreached returns an error wrapping ErrRecoveryPointUnreached when the operation
@@ -176,7 +150,7 @@ func (o *Operation) ScopedDerivedKey(suffix string) string {
 // its writes are rolled back and the request's earlier writes stay.
 func (o *Operation) Phase(ctx context.Context, name string, fn func(ctx context.Context) error) error {
 	if name == "" || name == storage.RecoveryStarted {
-		return fmt.Errorf("idem: phase name %q is reserved", name)
+		return fmt.Errorf("idem: phase %q is reserved", name)
 	}
 	if o.resume != "" {
 		if name == o.resume {
@@ -184,22 +158,20 @@ func (o *Operation) Phase(ctx context.Context, name string, fn func(ctx context.
 		}
 		return nil
 	}
-	run := fn
-	if fn == nil {
-		run = func(context.Context) error { return nil }
+	if err := o.lease.lost(); err != nil { // another worker has the key: fn must not run
+		return fmt.Errorf("idem: phase %q: %w", name, err)
 	}
-	if o.renewal != nil {
-		do := run
-		run = func(ctx context.Context) error {
-			if err := do(ctx); err != nil {
+	err := o.lock.Phase(ctx, name, func(ctx context.Context) error {
+		if fn != nil {
+			if err := fn(ctx); err != nil {
 				return err
 			}
-			return o.renewal.lost() // the lease was lost while fn ran: commit nothing
 		}
-	}
-	if err := o.lock.Phase(ctx, name, run); err != nil {
+		return o.lease.lost() // lost while fn ran: commit nothing
+	})
+	if err != nil {
 		if errors.Is(err, storage.ErrLeaseLost) {
-			o.leaseErr = err
+			o.lease.lose(err)
 		}
 		return fmt.Errorf("idem: phase %q: %w", name, err)
 	}

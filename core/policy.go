@@ -97,7 +97,7 @@ func (e *Engine) answers(p policy.Policy) []policy.Answer {
 // problemOrder is the order answers list the problems in, with the kind's case; a kind
 // not listed here follows them, in the order of its status, with its title as its case.
 var problemOrder = []ProblemKind{ProblemInProgress, ProblemKeyReused, ProblemKeyMissing, ProblemKeyInvalid,
-	ProblemBodyTooLarge, ProblemBodyUnreadable, ProblemStoreUnavailable, ProblemCollision, ProblemNotRecorded, ProblemResponseTooLarge, ProblemMisconfigured}
+	ProblemBodyTooLarge, ProblemBodyUnreadable, ProblemBodyTimeout, ProblemStoreUnavailable, ProblemCollision, ProblemNotRecorded, ProblemResponseTooLarge, ProblemMisconfigured}
 
 // problemKinds returns every kind (the kinds table is their one definition), in
 // problemOrder and then by status and name.
@@ -151,6 +151,8 @@ func (e *Engine) problemCase(k ProblemKind, p policy.Policy) string {
 		return fmt.Sprintf("A request body over %d bytes: nothing runs.", c.MaxRequestBody)
 	case ProblemBodyUnreadable:
 		return "A request body that could not be read or fingerprinted: nothing runs."
+	case ProblemBodyTimeout:
+		return "A request body that did not arrive before the server's read deadline: nothing runs."
 	case ProblemStoreUnavailable:
 		return "The key store failed or did not answer in time: the request did not run (fail closed). Retry with the same key."
 	case ProblemCollision:

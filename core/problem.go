@@ -27,6 +27,7 @@ const (
 	ProblemInProgress       ProblemKind = "in-progress"        // 409 + Retry-After
 	ProblemBodyTooLarge     ProblemKind = "body-too-large"     // 413
 	ProblemBodyUnreadable   ProblemKind = "body-unreadable"    // 400
+	ProblemBodyTimeout      ProblemKind = "body-timeout"       // 408: the body did not arrive in time
 	ProblemStoreUnavailable ProblemKind = "store-unavailable"  // 503 + Retry-After: the handler did not run
 	ProblemCollision        ProblemKind = "collision"          // 503 + Retry-After: rolled back after colliding with a twin
 	ProblemNotRecorded      ProblemKind = "not-recorded"       // 503 + Retry-After: the outcome was not recorded
@@ -53,6 +54,7 @@ var kinds = map[ProblemKind]struct {
 	ProblemInProgress:       {http.StatusConflict, "Request in progress"},
 	ProblemBodyTooLarge:     {http.StatusRequestEntityTooLarge, "Request body too large"},
 	ProblemBodyUnreadable:   {http.StatusBadRequest, "Request body unreadable"},
+	ProblemBodyTimeout:      {http.StatusRequestTimeout, "Request body timed out"},
 	ProblemStoreUnavailable: {http.StatusServiceUnavailable, "Idempotency store unavailable"},
 	ProblemCollision:        {http.StatusServiceUnavailable, "Try again"},
 	ProblemNotRecorded:      {http.StatusServiceUnavailable, "Outcome not recorded"},

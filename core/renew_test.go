@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/internal/seamtest"
 )
 
 // renewStore is memstore whose locks count their renewals and whose Renew answers what
@@ -27,12 +28,13 @@ type renewStore struct {
 	renewals atomic.Int32
 }
 
-func (s *renewStore) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
-	lock, rec, err := s.Store.Claim(ctx, c)
+func (s *renewStore) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, error) {
+	claimed, err := s.Store.Claim(ctx, c)
+	lock, rec := claimed.Lock, claimed.Record
 	if lock == nil {
-		return lock, rec, err
+		return storage.Claimed{Verdict: claimed.Verdict, Lock: lock, Record: rec}, err
 	}
-	return &renewLock{Lock: lock, s: s}, nil, nil
+	return storage.Claimed{Verdict: claimed.Verdict, Lock: &renewLock{Lock: lock, s: s}}, nil
 }
 
 type renewLock struct {
@@ -75,8 +77,8 @@ func TestRenewalThatLostTheLeaseFailsThePhase(t *testing.T) {
 		assert.Positive(t, store.renewals.Load())
 		// The fake lease was not really taken over: the engine's release freed the key,
 		// which the phase did not record.
-		lock, rec, err := store.Store.Claim(t.Context(), storage.Claim{Scope: "acct-1", Key: "k", Fingerprint: []byte("another request"),
-			Mode: storage.ModePhased, Lease: time.Minute, Retention: time.Hour})
+		lock, rec, err := seamtest.Split(store.Store.Claim(t.Context(), storage.Claim{Scope: "acct-1", Key: "k", Fingerprint: []byte("another request"),
+			Mode: storage.ModePhased, Lease: time.Minute, Retention: time.Hour}))
 		require.NoError(t, err)
 		require.Nil(t, rec, "the phase recorded nothing (the key's point: %v)", rec)
 		assert.Equal(t, storage.RecoveryStarted, lock.RecoveryPoint())

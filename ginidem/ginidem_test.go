@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem/core"
@@ -315,4 +317,36 @@ func TestEmptyScopeFailsClosed(t *testing.T) {
 	}
 	assert.Zero(t, runs.Load(), "handler runs")
 	assert.Zero(t, store.Len(), "keys stored")
+}
+
+// TestEarlyHintsAreNotTheFinalStatus: a Gin handler that sends 103 Early Hints and then
+// its 201, through a real server: the client gets the 201, which is recorded and replayed.
+func TestEarlyHintsAreNotTheFinalStatus(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	r := gin.New()
+	r.POST("/orders", ginidem.New(adaptertest.Engine(core.Config{Store: memstore.New()}), ginidem.Config{
+		Scope: func(*gin.Context) string { return "tenant" },
+	}), func(c *gin.Context) {
+		runs.Add(1)
+		c.Header("Link", "</app.css>; rel=preload; as=style")
+		c.Writer.WriteHeader(http.StatusEarlyHints)
+		c.JSON(http.StatusCreated, gin.H{"id": 1})
+	})
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	for i, replayed := range []string{"", "true"} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/orders", strings.NewReader(order))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", "hints-1")
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		assert.Equal(t, http.StatusCreated, resp.StatusCode, "request %d: the final status", i+1)
+		assert.JSONEq(t, `{"id":1}`, string(body), "request %d", i+1)
+		assert.Equal(t, replayed, resp.Header.Get("Idempotent-Replayed"), "request %d", i+1)
+	}
+	assert.Equal(t, int64(1), runs.Load(), "the handler runs once")
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
+	"github.com/idemkit/idem/internal/seamtest"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -108,7 +109,7 @@ func TestAtomic(t *testing.T) {
 				go testdb.MarkWaiter(t.Context(), name, func(ctx context.Context) {
 					twinClaim := c
 					twinClaim.LockWait = 5 * time.Second
-					_, rec, err := s.Claim(ctx, twinClaim)
+					_, rec, err := seamtest.Split(s.Claim(ctx, twinClaim))
 					if err != nil {
 						t.Errorf("twin: %v", err)
 					}
@@ -129,7 +130,7 @@ func TestAtomic(t *testing.T) {
 				mustLock(t, s, c)
 				c.LockWait = 100 * time.Millisecond
 				start := time.Now()
-				_, _, err := s.Claim(t.Context(), c)
+				_, _, err := seamtest.Split(s.Claim(t.Context(), c))
 				if !errors.Is(err, storage.ErrInProgress) {
 					t.Fatalf("twin of an open transaction: %v, want ErrInProgress", err)
 				}
@@ -145,7 +146,7 @@ func TestAtomic(t *testing.T) {
 				go testdb.MarkWaiter(t.Context(), name, func(ctx context.Context) {
 					twinClaim := c
 					twinClaim.LockWait = 5 * time.Second
-					l, _, err := s.Claim(ctx, twinClaim)
+					l, _, err := seamtest.Split(s.Claim(ctx, twinClaim))
 					if err != nil {
 						t.Errorf("twin: %v", err)
 					}

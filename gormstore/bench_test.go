@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
+	"github.com/idemkit/idem/internal/seamtest"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -102,7 +103,7 @@ VALUES (?, ?, ?, ?, ?, 'completed', 'started', ?, ?, ?, now(), statement_timesta
 			b.SetParallelism(8) // 16 clients on 2 CPUs
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					lock, _, err := store.Claim(ctx, claim(prefix+strconv.FormatInt(n.Add(1), 10)))
+					lock, _, err := seamtest.Split(store.Claim(ctx, claim(prefix+strconv.FormatInt(n.Add(1), 10))))
 					if err != nil || lock == nil {
 						b.Errorf("claim: lock %v, err %v", lock, err)
 						return
@@ -123,7 +124,7 @@ VALUES (?, ?, ?, ?, ?, 'completed', 'started', ?, ?, ?, now(), statement_timesta
 
 	// The replayed key, completed once.
 	replayKey := prefix + "replayed"
-	lock, _, err := store.Claim(ctx, claim(replayKey))
+	lock, _, err := seamtest.Split(store.Claim(ctx, claim(replayKey)))
 	if err != nil || lock == nil {
 		b.Fatalf("claim: lock %v, err %v", lock, err)
 	}
@@ -135,7 +136,7 @@ VALUES (?, ?, ?, ?, ?, 'completed', 'started', ?, ?, ?, now(), statement_timesta
 			b.SetParallelism(8) // 16 clients on 2 CPUs
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					lock, rec, err := store.Claim(ctx, claim(replayKey))
+					lock, rec, err := seamtest.Split(store.Claim(ctx, claim(replayKey)))
 					if lock != nil {
 						_ = lock.Release(ctx)
 					}

@@ -49,14 +49,14 @@ var errRetry = errors.New("gormstore: claim raced, retrying")
 // the rest of that transaction, so a handler's statement that waits for a row lock fails
 // after it (55P03); on MySQL/MariaDB and SQLite the connection's own setting is back
 // before the handler runs.
-func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
+func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, error) {
 	switch c.Mode {
 	case storage.ModeAtomic, storage.ModePhased:
 	default:
-		return nil, nil, fmt.Errorf("gormstore: claim in mode %v: %w", c.Mode, storage.ErrUnsupportedMode)
+		return storage.Claimed{}, fmt.Errorf("gormstore: claim in mode %v: %w", c.Mode, storage.ErrUnsupportedMode)
 	}
 	if s.dialect == mariadb && (len(c.Scope) > maxKeyBytes || len(c.Key) > maxKeyBytes) {
-		return nil, nil, fmt.Errorf("gormstore: claim: scope and key are limited to %d bytes each on MySQL/MariaDB (got %d and %d)",
+		return storage.Claimed{}, fmt.Errorf("gormstore: claim: scope and key are limited to %d bytes each on MySQL/MariaDB (got %d and %d)",
 			maxKeyBytes, len(c.Scope), len(c.Key))
 	}
 	if c.Fingerprint == nil {
@@ -67,79 +67,93 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 	if c.Mode == storage.ModePhased || s.lookupFirst {
 		r, err := s.read(ctx, s.db, c.Scope, c.Key, false, s.clock())
 		if err != nil {
-			return nil, nil, wrap(ctx, "claim: lookup", err)
+			return storage.Claimed{}, wrap(ctx, "claim: lookup", err)
 		}
-		if r != nil && reports(r.verdict(c)) {
-			rec, err := r.record()
-			return nil, rec, err
+		if r != nil {
+			if v := r.verdict(c); reports(v) {
+				return reported(r, v)
+			}
 		}
 	}
 
-	// database/sql rolls a transaction back when the context it began with ends, so the
-	// transaction begins with the request's context and only the claim's own statements
-	// run under c.Timeout.
-	txCtx := ctx
-	if c.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
-		defer cancel()
-	}
+	// database/sql rolls a transaction back when the context it began with ends, and ctx
+	// ends with the claim's deadline (the engine's): the transaction begins with a
+	// context of its own that only the claim's deadline cancels while the claim runs
+	// (claimBounded), and the lock ends when it completes or is released.
+	txCtx := context.WithoutCancel(ctx)
 	for attempt := 1; ; attempt++ {
-		lock, rec, err := s.claimBounded(txCtx, ctx, c, wait)
+		claimed, err := s.claimBounded(txCtx, ctx, c, wait)
 		if err == nil || attempt == claimAttempts || ctx.Err() != nil ||
 			!(errors.Is(err, errRetry) || errors.Is(err, storage.ErrTransient)) {
 			if errors.Is(err, errRetry) {
 				err = fmt.Errorf("%w: %w", storage.ErrTransient, err)
 			}
-			return lock, rec, err
+			return claimed, err
 		}
 	}
 }
 
+// reported is the Claimed of a row that holds the key, on which Decide gave v.
+func reported(r *row, v storage.Verdict) (storage.Claimed, error) {
+	rec, err := r.record()
+	if err != nil {
+		return storage.Claimed{}, err
+	}
+	return storage.Claimed{Verdict: v, Record: rec}, nil
+}
+
+// claimedBy is the Claimed of a lock hold returned, with hold's error.
+func claimedBy(l *lock, err error) (storage.Claimed, error) {
+	if err != nil {
+		return storage.Claimed{}, err
+	}
+	if l.takenOver {
+		return storage.Claimed{Verdict: storage.VerdictTakeOver, Lock: l}, nil
+	}
+	return storage.Claimed{Verdict: storage.VerdictAbsent, Lock: l}, nil
+}
+
 // claimBounded is claimTx with its transaction begun under a context of its own that the
-// claim's deadline (ctx, carrying c.Timeout) cancels while the claim runs, so a paused
+// claim's deadline (ctx, the engine's) cancels while the claim runs, so a paused
 // database cannot hold BEGIN or the claim's statements past StoreTimeout; once the claim
 // is done the transaction outlives that deadline (the handler uses it), and an atomic lock
 // ends its context when it completes or is released.
-func (s *Store) claimBounded(txCtx, ctx context.Context, c storage.Claim, wait time.Duration) (storage.Lock, *storage.Record, error) {
+func (s *Store) claimBounded(txCtx, ctx context.Context, c storage.Claim, wait time.Duration) (storage.Claimed, error) {
 	tctx, cancelTx := context.WithCancel(txCtx)
 	stop := context.AfterFunc(ctx, cancelTx)
-	l, rec, err := s.claimTx(tctx, ctx, c, wait)
+	claimed, err := s.claimTx(tctx, ctx, c, wait)
 	stopped := stop()
-	held, atomic := l.(*lock)
+	held, atomic := claimed.Lock.(*lock)
 	if err != nil || !atomic || held == nil || held.tx == nil {
 		cancelTx() // no open transaction is handed on
-		return l, rec, err
+		return claimed, err
 	}
 	if !stopped { // the deadline passed as the claim returned: its transaction is rolled back
 		cancelTx()
-		return nil, nil, wrap(ctx, "claim", context.Cause(ctx))
+		return storage.Claimed{}, wrap(ctx, "claim", context.Cause(ctx))
 	}
 	held.cancelTx = cancelTx
-	return l, rec, err
+	return claimed, err
 }
 
 // claimTx is one attempt at a claim, in a transaction of its own.
-func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim, wait time.Duration) (_ storage.Lock, _ *storage.Record, err error) {
+func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim, wait time.Duration) (_ storage.Claimed, err error) {
 	tx, err := s.begin(txCtx)
 	if err != nil {
-		return nil, nil, wrap(ctx, "claim: begin", err)
+		return storage.Claimed{}, wrap(ctx, "claim: begin", err)
 	}
 	restore := noRestore
 	if s.singleWrite(c) {
-		l, rec, done, err := s.claimLocked(ctx, tx, c, wait)
-		switch {
-		case rec != nil:
-			return nil, rec, err
-		case done || err != nil:
-			return l, nil, err
+		claimed, done, err := s.claimLocked(ctx, tx, c, wait)
+		if done || err != nil {
+			return claimed, err
 		}
 		// A row holds the key, or the transaction is not at READ COMMITTED: the claim
 		// below writes or locks the row in this transaction, under the lock wait the claim
 		// statement set for the transaction.
 	} else if restore, err = s.setLockWait(ctx, tx, wait); err != nil {
 		tx.Rollback()
-		return nil, nil, wrap(ctx, "claim: lock wait", err)
+		return storage.Claimed{}, wrap(ctx, "claim: lock wait", err)
 	}
 	claimed := false
 	defer func() {
@@ -167,45 +181,44 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim, wait time.D
 	}
 	res := tx.WithContext(ctx).Model(&keyRow{}).Table(s.table).Clauses(clause.OnConflict{DoNothing: true}).Create(values)
 	if res.Error != nil {
-		return nil, nil, wrap(ctx, "claim: insert", res.Error)
+		return storage.Claimed{}, wrap(ctx, "claim: insert", res.Error)
 	}
 	if res.RowsAffected == 1 {
 		l, err := s.hold(ctx, tx, restore, c, token, storage.RecoveryStarted, false)
 		claimed = err == nil
-		return l, nil, err
+		return claimedBy(l, err)
 	}
 
 	r, err := s.read(ctx, tx, c.Scope, c.Key, true, now)
 	switch {
 	case err != nil:
-		return nil, nil, wrap(ctx, "claim: select", err)
+		return storage.Claimed{}, wrap(ctx, "claim: select", err)
 	case r == nil: // deleted since the insert saw it
-		return nil, nil, errRetry
+		return storage.Claimed{}, errRetry
 	}
 	switch v := r.verdict(c); {
 	case reports(v):
-		rec, err := r.record()
-		return nil, rec, err
+		return reported(r, v)
 	case v == storage.VerdictAbsent:
 		q, args := s.reclaimSQL(c, token, now)
 		if res := tx.WithContext(ctx).Exec(q, args...); res.Error != nil {
-			return nil, nil, wrap(ctx, "claim: reclaim", res.Error)
+			return storage.Claimed{}, wrap(ctx, "claim: reclaim", res.Error)
 		}
 		l, err := s.hold(ctx, tx, restore, c, token, storage.RecoveryStarted, false)
 		claimed = err == nil
-		return l, nil, err
+		return claimedBy(l, err)
 	default: // storage.VerdictTakeOver
 		q, args := s.takeoverSQL(c, token, now)
 		res := tx.WithContext(ctx).Exec(q, args...)
 		switch {
 		case res.Error != nil:
-			return nil, nil, wrap(ctx, "claim: take over", res.Error)
+			return storage.Claimed{}, wrap(ctx, "claim: take over", res.Error)
 		case res.RowsAffected != 1:
-			return nil, nil, errRetry
+			return storage.Claimed{}, errRetry
 		}
 		l, err := s.hold(ctx, tx, restore, c, token, r.point, true)
 		claimed = err == nil
-		return l, nil, err
+		return claimedBy(l, err)
 	}
 }
 
@@ -215,7 +228,7 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim, wait time.D
 // lock wait is the transaction's, so an atomic handler's statements run under it too.
 func (s *Store) hold(ctx context.Context, tx *gorm.DB, restore func() error, c storage.Claim, token any, point string, takenOver bool) (*lock, error) {
 	l := &lock{
-		s: s, mode: c.Mode, scope: c.Scope, key: c.Key, token: token, lease: c.Lease, timeout: c.Timeout,
+		s: s, mode: c.Mode, scope: c.Scope, key: c.Key, token: token, lease: c.Lease,
 		initial: point, point: point, progress: point != storage.RecoveryStarted, takenOver: takenOver,
 	}
 	if err := restore(); err != nil {
@@ -367,9 +380,9 @@ func claimSQL(quoted string) string {
 // that accepts the call and does not lock, a snapshot at REPEATABLE READ taken just
 // before a twin committed), Complete's INSERT fails on the twin's row and the whole
 // transaction rolls back (storage.ErrTransient).
-func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, wait time.Duration) (_ *lock, rec *storage.Record, done bool, err error) {
+func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, wait time.Duration) (claimed storage.Claimed, done bool, err error) {
 	defer func() {
-		if err != nil || rec != nil {
+		if err != nil || claimed.Record != nil {
 			tx.Rollback()
 		}
 	}()
@@ -377,35 +390,37 @@ func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, w
 	// WithContext (a GORM session) per statement.
 	r, locked, err := s.claimRow(tx, c, s.lockHash(c.Scope, c.Key), waitMillis(wait))
 	if err != nil {
-		return nil, nil, true, wrap(ctx, "claim", err)
+		return storage.Claimed{}, true, wrap(ctx, "claim", err)
 	}
 	if r == nil && locked {
 		// The lock is this transaction's: look again, with a snapshot that sees whatever
 		// its last holder committed (one column to decode; the row only if there is one).
 		var exists bool
 		if err := tx.Raw(s.existsSQL, c.Scope, c.Key).Row().Scan(&exists); err != nil {
-			return nil, nil, true, wrap(ctx, "claim: select", err)
+			return storage.Claimed{}, true, wrap(ctx, "claim: select", err)
 		}
 		if exists {
 			if r, err = s.read(ctx, tx, c.Scope, c.Key, false, time.Time{}); err != nil {
-				return nil, nil, true, wrap(ctx, "claim: select", err)
+				return storage.Claimed{}, true, wrap(ctx, "claim: select", err)
 			}
 		}
 	}
-	switch {
-	case r != nil && reports(r.verdict(c)):
-		rec, err = r.record()
-		return nil, rec, true, err
-	case r != nil || !locked:
-		return nil, nil, false, nil
+	if r != nil {
+		if v := r.verdict(c); reports(v) {
+			claimed, err = reported(r, v)
+			return claimed, true, err
+		}
+	}
+	if r != nil || !locked {
+		return storage.Claimed{}, false, nil
 	}
 	l := &lock{
-		s: s, mode: c.Mode, scope: c.Scope, key: c.Key, lease: c.Lease, timeout: c.Timeout,
+		s: s, mode: c.Mode, scope: c.Scope, key: c.Key, lease: c.Lease,
 		initial: storage.RecoveryStarted, point: storage.RecoveryStarted,
 		pending: true, fingerprint: c.Fingerprint, method: c.Method, path: c.Path, tx: tx,
 	}
 	l.held = &holder{tx: tx, base: s.db}
-	return l, nil, true, nil
+	return storage.Claimed{Verdict: storage.VerdictAbsent, Lock: l}, true, nil
 }
 
 // claimRow runs claimSQL: the row that holds the key (nil if none) and whether the key's

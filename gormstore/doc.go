@@ -59,7 +59,7 @@
 // under a savepoint: if it fails, its writes are rolled back and the request's earlier
 // ones stay.
 //
-// Complete and Release are bounded by storage.Claim.Timeout (core.Config.StoreTimeout),
+// Complete and Release are bounded by the deadline the engine puts in their context (core.Config.StoreTimeout),
 // their COMMIT or ROLLBACK included: database/sql runs those without a context, so the
 // store waits for them at most that long, then returns an error and lets the call finish
 // (or the connection break) in the background.

@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
 	"github.com/idemkit/idem/internal/reliability"
+	"github.com/idemkit/idem/internal/seamtest"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -147,7 +148,7 @@ func claimFor(key, body string, mode storage.Mode) storage.Claim {
 // mustLock claims c and requires a lock, released at the end of the test if still held.
 func mustLock(t testing.TB, s storage.Store, c storage.Claim) storage.Lock {
 	t.Helper()
-	lock, rec, err := s.Claim(t.Context(), c)
+	lock, rec, err := seamtest.Split(s.Claim(t.Context(), c))
 	if err != nil || lock == nil {
 		t.Fatalf("Claim(%q): lock %v, record %+v, error %v; want a lock", c.Key, lock, rec, err)
 	}
@@ -158,7 +159,7 @@ func mustLock(t testing.TB, s storage.Store, c storage.Claim) storage.Lock {
 // mustRecord claims c and requires a record.
 func mustRecord(t testing.TB, s storage.Store, c storage.Claim) *storage.Record {
 	t.Helper()
-	lock, rec, err := s.Claim(t.Context(), c)
+	lock, rec, err := seamtest.Split(s.Claim(t.Context(), c))
 	if err != nil || rec == nil {
 		if lock != nil {
 			_ = lock.Release(context.Background())
@@ -178,7 +179,7 @@ func takeOver(t testing.TB, s storage.Store, c storage.Claim) storage.Lock {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		lock, rec, err := s.Claim(t.Context(), c)
+		lock, rec, err := seamtest.Split(s.Claim(t.Context(), c))
 		switch {
 		case err != nil:
 			t.Fatalf("Claim(%q) while waiting for the lease to run out: %v", c.Key, err)

@@ -31,8 +31,7 @@ type lock struct {
 	held         *holder // what Context hands the handler; phased: opened on first use
 	ended        bool
 	inPhase      bool
-	savepoints   int           // atomic: how many phases set one, for their names
-	timeout      time.Duration // bounds Complete, Release and Renew (storage.Claim.Timeout)
+	savepoints   int // atomic: how many phases set one, for their names
 	// cancelTx ends the context the atomic transaction began with, once it is over.
 	cancelTx context.CancelFunc
 }
@@ -188,28 +187,17 @@ func (l *lock) atomicPhase(ctx context.Context, point string, fn func(ctx contex
 
 // Renew implements storage.Lock.Renew: in phased mode one UPDATE of the lease, fenced by
 // the token, on its own connection (never the handler's transaction), bounded by the
-// claim's timeout. It reads only what the lock was claimed with, so it may run on another
+// engine's ctx. It reads only what the lock was claimed with, so it may run on another
 // goroutine while the handler runs. On SQLite it waits for the write lock, which an open
 // phase or final transaction holds. In atomic mode it does nothing.
 func (l *lock) Renew(ctx context.Context) error {
 	if l.mode == storage.ModeAtomic {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, l.bound())
-	defer cancel()
 	leaseSQL, leaseArgs := l.s.plusSQL(l.s.clock(), l.lease)
 	res := l.s.db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET locked_until = "+leaseSQL+
 		" WHERE scope = ? AND idem_key = ? AND lease_token = ? AND state = ?", append(leaseArgs, l.scope, l.key, l.token, string(storage.StateStarted))...)
 	return fenced(ctx, "renew", res)
-}
-
-// bound is what bounds each of Complete, Release and Renew: the claim's timeout, or
-// storage.DefaultTimeout when it set none.
-func (l *lock) bound() time.Duration {
-	if l.timeout > 0 {
-		return l.timeout
-	}
-	return storage.DefaultTimeout
 }
 
 // finish commits (or rolls back) tx within ctx's deadline. database/sql's Commit and
@@ -240,7 +228,7 @@ func finish(ctx context.Context, end func() error, cancelTx context.CancelFunc) 
 
 // Complete implements storage.Lock.Complete: one UPDATE fenced by the token, in the claim's
 // transaction (atomic), in the request's transaction if the handler opened one
-// (phased), or on its own; then the commit. The whole is bounded by the claim's timeout.
+// (phased), or on its own; then the commit. The whole is bounded by ctx (the engine's).
 func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	if l.mode == storage.ModeAtomic {
 		defer func() {
@@ -269,10 +257,6 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	if tx != nil {
 		db = tx
 	}
-	// The engine's ctx is never cancelled: bound the statement and the commit here.
-	ctx, cancel := context.WithTimeout(ctx, l.bound())
-	defer cancel()
-
 	if l.pending {
 		return l.record(ctx, tx, r)
 	}
@@ -322,16 +306,14 @@ func (l *lock) rollback(ctx context.Context, tx *gorm.DB) error {
 
 // Release implements storage.Lock.Release. After a failed Complete it is a no-op in atomic
 // mode (the transaction is gone) and, in phased mode, gives the key up if the lease is
-// still this lock's. Its statements run even when ctx has ended (giving the key up is
-// cleanup), bounded by the claim's timeout, the rollback included.
+// still this lock's. Its statements, the rollback included, run under ctx, which the
+// engine bounds and does not cancel when the client hangs up.
 func (l *lock) Release(ctx context.Context) error {
 	defer l.endTx()
 	if l.ended {
 		return nil
 	}
 	l.ended = true
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.bound())
-	defer cancel()
 	if l.mode == storage.ModeAtomic {
 		l.held.end()
 		if err := l.rollback(ctx, l.tx); err != nil {

@@ -26,12 +26,12 @@ func TestMySQLKeysAreBytes(t *testing.T) {
 		mustLock(t, s, claimFor(key, "a", storage.ModePhased))
 	}
 	long := claimFor(strings.Repeat("k", 256), "a", storage.ModePhased)
-	if _, _, err := s.Claim(t.Context(), long); err == nil || !strings.Contains(err.Error(), "255 bytes") {
+	if _, err := s.Claim(t.Context(), long); err == nil || !strings.Contains(err.Error(), "255 bytes") {
 		t.Fatalf("a 256-byte key: %v, want a refusal", err)
 	}
 	long = claimFor("k", "a", storage.ModePhased)
 	long.Scope = strings.Repeat("s", 256)
-	if _, _, err := s.Claim(t.Context(), long); err == nil || !strings.Contains(err.Error(), "255 bytes") {
+	if _, err := s.Claim(t.Context(), long); err == nil || !strings.Contains(err.Error(), "255 bytes") {
 		t.Fatalf("a 256-byte scope: %v, want a refusal", err)
 	}
 }

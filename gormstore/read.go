@@ -12,11 +12,10 @@ import (
 )
 
 var (
-	_ storage.Lookuper   = (*Store)(nil)
 	_ storage.KeyCounter = (*Store)(nil)
 )
 
-// Lookup implements storage.Lookuper: one statement outside any transaction, with the
+// Lookup implements storage.Store: one statement outside any transaction, with the
 // clock the store's leases run on (the database's on PostgreSQL and MySQL/MariaDB, the
 // application's on SQLite). A key an atomic request holds is not visible before it
 // commits.

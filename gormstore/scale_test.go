@@ -20,6 +20,7 @@ import (
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
+	"github.com/idemkit/idem/internal/seamtest"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -70,9 +71,9 @@ func firstRequest(ctx context.Context, store storage.Store) error {
 	_, _ = rand.Read(u[:])
 	h := hex.EncodeToString(u[:])
 	fp := sha256.Sum256(u[:])
-	lock, rec, err := store.Claim(ctx, storage.Claim{Scope: "acct-" + strconv.Itoa(int(u[0])), Key: h, Fingerprint: fp[:],
+	lock, rec, err := seamtest.Split(store.Claim(ctx, storage.Claim{Scope: "acct-" + strconv.Itoa(int(u[0])), Key: h, Fingerprint: fp[:],
 		Method: http.MethodPost, Path: "/v1/orders", Mode: storage.ModeAtomic, Lease: time.Minute,
-		LockWait: 2 * time.Second, Retention: storage.DefaultRetention, Timeout: 3 * time.Second})
+		LockWait: 2 * time.Second, Retention: storage.DefaultRetention}))
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
+	"github.com/idemkit/idem/internal/seamtest"
 	"github.com/idemkit/idem/internal/testdb"
 )
 
@@ -134,7 +135,7 @@ func TestAtomicTwinWaitsInTheClaimStatement(t *testing.T) {
 	go func() {
 		retry := c
 		retry.LockWait = 10 * time.Second
-		l, _, err := s.Claim(t.Context(), retry)
+		l, _, err := seamtest.Split(s.Claim(t.Context(), retry))
 		assert.NoError(t, err, "the twin's claim")
 		twin <- l
 	}()

@@ -42,6 +42,7 @@ func ExampleAdd() {
 	// header Idempotency-Key true 1 255
 	// 201 [Idempotent-Replayed]
 	// 400 []
+	// 408 []
 	// 409 [Retry-After]
 	// 410 []
 	// 413 []

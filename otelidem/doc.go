@@ -10,7 +10,8 @@
 //	idem.status_code  the status the engine answered (replays and problems included)
 //
 // and adds an event named for each outcome a trace reader looks for: idem.replayed,
-// idem.conflict, idem.mismatch, idem.resumed, idem.rolled_back and idem.store_error.
+// idem.conflict, idem.mismatch, idem.resumed, idem.rolled_back, idem.cancelled and
+// idem.store_error.
 // The scope and the key are identifiers of a caller and of an operation: they go on the
 // span (idem.scope, idem.key) only with WithIdentifiers. Errors are not copied onto the
 // span (a store's error text can quote the key); the engine's log line, with the trace's

@@ -63,7 +63,7 @@ type seriesKey struct {
 const maxSeries = 1000
 
 var outcomes = []core.Outcome{core.OutcomeClaimed, core.OutcomeResumed, core.OutcomeReplayed, core.OutcomeConflict, core.OutcomeMismatch,
-	core.OutcomeCompleted, core.OutcomeRolledBack, core.OutcomeRejected, core.OutcomeStoreError}
+	core.OutcomeCompleted, core.OutcomeRolledBack, core.OutcomeCancelled, core.OutcomeRejected, core.OutcomeStoreError}
 
 func recordSet(kvs ...attribute.KeyValue) []metric.RecordOption {
 	return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(kvs...))}
@@ -202,6 +202,8 @@ func eventName(o core.Outcome) string {
 		return "idem.resumed"
 	case core.OutcomeRolledBack:
 		return "idem.rolled_back"
+	case core.OutcomeCancelled:
+		return "idem.cancelled"
 	case core.OutcomeStoreError:
 		return "idem.store_error"
 	}

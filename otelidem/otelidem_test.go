@@ -30,7 +30,7 @@ type tracedStore struct {
 	tracer trace.Tracer
 }
 
-func (s tracedStore) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
+func (s tracedStore) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, error) {
 	ctx, span := s.tracer.Start(ctx, "store.claim")
 	defer span.End()
 	return s.Store.Claim(ctx, c)

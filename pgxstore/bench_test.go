@@ -20,6 +20,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/internal/seamtest"
 	"github.com/idemkit/idem/pgxstore"
 )
 
@@ -57,7 +58,7 @@ func benchTables(b *testing.B, db *pgxpool.Pool, opts []pgxstore.Option) (*pgxst
 func benchClaim(key string, mode storage.Mode) storage.Claim {
 	fp := sha256.Sum256([]byte("POST /orders\n" + `{"amount":100}`))
 	return storage.Claim{Scope: "bench", Key: key, Fingerprint: fp[:], Method: http.MethodPost, Path: "/orders",
-		Mode: mode, Lease: time.Minute, LockWait: 2 * time.Second, Retention: 24 * time.Hour, Timeout: 3 * time.Second}
+		Mode: mode, Lease: time.Minute, LockWait: 2 * time.Second, Retention: 24 * time.Hour}
 }
 
 var benchResponse = storage.Response{
@@ -133,7 +134,7 @@ func floorOp(ctx context.Context, e *floorEnv, key string) error {
 // Complete.
 func idemOp(mode storage.Mode) func(ctx context.Context, e *floorEnv, key string) error {
 	return func(ctx context.Context, e *floorEnv, key string) error {
-		lock, _, err := e.store.Claim(ctx, benchClaim(key, mode))
+		lock, _, err := seamtest.Split(e.store.Claim(ctx, benchClaim(key, mode)))
 		if err != nil {
 			return err
 		}
@@ -279,7 +280,7 @@ func BenchmarkReplay(b *testing.B) {
 			store, _ := newStore(b, db, v.opts...)
 			ctx := context.Background()
 			c := benchClaim("replayed", v.mode)
-			lock, _, err := store.Claim(ctx, c)
+			lock, _, err := seamtest.Split(store.Claim(ctx, c))
 			require.NoError(b, err)
 			require.NotNil(b, lock)
 			resp := benchResponse
@@ -289,7 +290,7 @@ func BenchmarkReplay(b *testing.B) {
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					_, rec, err := store.Claim(ctx, c)
+					_, rec, err := seamtest.Split(store.Claim(ctx, c))
 					if err != nil || rec == nil || rec.State != storage.StateCompleted {
 						b.Errorf("replay: rec %v, err %v", rec, err)
 						return

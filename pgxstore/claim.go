@@ -94,30 +94,49 @@ const (
 )
 
 // judge turns storage.Decide's verdict on a row (found false: none, although the key's
-// INSERT met one) into the claim's next step.
-func judge(r *claimRow, found bool, c storage.Claim) verdict {
+// INSERT met one) into the claim's next step, and returns the verdict with it (zero when
+// Decide was not asked).
+func judge(r *claimRow, found bool, c storage.Claim) (verdict, storage.Verdict) {
 	switch {
 	case !found:
 		// The INSERT met a row its snapshot does not show: a twin that committed while
 		// this claim waited (READ COMMITTED), or a key deleted meanwhile.
-		return vAgain
+		return vAgain, 0
 	case r.claimed:
-		return vClaimed
+		return vClaimed, storage.VerdictAbsent
 	}
 	held := r.held()
-	switch storage.Decide(&held, c, r.now.Time) {
+	switch v := storage.Decide(&held, c, r.now.Time); v {
 	case storage.VerdictAbsent:
-		return vReplace
+		return vReplace, v
 	case storage.VerdictTakeOver:
-		return vTakeover
+		return vTakeover, v
 	default:
-		return vRecord
+		return vRecord, v
 	}
+}
+
+// reported is the Claimed of a record row judge gave verdict v.
+func reported(row *claimRow, c storage.Claim, v storage.Verdict) (storage.Claimed, error) {
+	rec, err := row.record(c.Scope, c.Key)
+	if err != nil {
+		return storage.Claimed{}, err
+	}
+	return storage.Claimed{Verdict: v, Record: rec}, nil
+}
+
+// claimedBy is the Claimed of a lock a claim got, fresh or taken over.
+func claimedBy(l storage.Lock, takenOver bool) storage.Claimed {
+	if takenOver {
+		return storage.Claimed{Verdict: storage.VerdictTakeOver, Lock: l}
+	}
+	return storage.Claimed{Verdict: storage.VerdictAbsent, Lock: l}
 }
 
 // result is what settle decided: a claim (fresh or taken over) or a record.
 type result struct {
 	rec       *storage.Record
+	verdict   storage.Verdict // of rec
 	point     string
 	takenOver bool
 	pending   bool // claimed without a write: Complete inserts the key row
@@ -132,12 +151,13 @@ type reader func(row *claimRow) (found bool, err error)
 // holds still. Every write is conditional, so of several racers exactly one wins.
 func (s *Store) settle(ctx context.Context, tx pgx.Tx, c storage.Claim, tok keyrow.Token, read reader, row *claimRow, found bool) (result, error) {
 	for range maxSettle {
-		switch judge(row, found, c) {
+		step, v := judge(row, found, c)
+		switch step {
 		case vClaimed:
 			return result{point: storage.RecoveryStarted, pending: row.pending}, nil
 		case vRecord:
 			rec, err := row.record(c.Scope, c.Key)
-			return result{rec: rec}, err
+			return result{rec: rec, verdict: v}, err
 		case vReplace:
 			var created time.Time
 			err := s.scan(ctx, tx, c.LockWait, s.q.replace,
@@ -182,43 +202,44 @@ func (s *Store) scanRow(ctx context.Context, tx pgx.Tx, wait time.Duration, sql 
 
 // claimPhased claims with statements that each commit on their own: a fresh key or a
 // replay is one statement.
-func (s *Store) claimPhased(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
+func (s *Store) claimPhased(ctx context.Context, c storage.Claim) (storage.Claimed, error) {
 	tok := keyrow.NewToken()
 	args := claimArgs(c, tok, c.LockWait)
 	read := func(row *claimRow) (bool, error) { return s.scanRow(ctx, nil, c.LockWait, s.q.claim, args, row) }
 	var row claimRow
 	found, err := read(&row)
 	if err != nil {
-		return nil, nil, classify(ctx, "claim", err, true)
+		return storage.Claimed{}, classify(ctx, "claim", err, true)
 	}
 	res, err := s.settle(ctx, nil, c, tok, read, &row, found)
 	if err != nil {
-		return nil, nil, classify(ctx, "claim", err, true)
+		return storage.Claimed{}, classify(ctx, "claim", err, true)
 	}
 	if res.rec != nil {
-		return nil, res.rec, nil
+		return storage.Claimed{Verdict: res.verdict, Record: res.rec}, nil
 	}
-	l := &phasedLock{s: s, scope: c.Scope, key: c.Key, tok: tok, lease: c.Lease, timeout: c.Timeout,
+	l := &phasedLock{s: s, scope: c.Scope, key: c.Key, tok: tok, lease: c.Lease,
 		point: res.point, takenOver: res.takenOver, progress: res.point != storage.RecoveryStarted}
 	l.final = &slot{open: func(ctx context.Context) (pgx.Tx, error) { return s.begin(ctx, holdWait) }}
-	return l, nil, nil
+	return claimedBy(l, l.takenOver), nil
 }
 
 // claimAtomic claims in a transaction that the returned lock keeps open. A serialization
 // failure (a twin committed after this transaction's snapshot, at REPEATABLE READ), or a
 // wait for a twin at REPEATABLE READ, starts the claim again, within the lock wait: the
 // new snapshot sees the twin's record.
-func (s *Store) claimAtomic(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
+func (s *Store) claimAtomic(ctx context.Context, c storage.Claim) (storage.Claimed, error) {
 	if s.lookupFirst {
 		var row claimRow
 		err := s.scan(ctx, nil, c.LockWait, s.q.lookup, []any{c.Scope, c.Key}, row.dest()...)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
-			return nil, nil, classify(ctx, "look up", err, true)
-		case judge(&row, true, c) == vRecord:
-			rec, err := row.record(c.Scope, c.Key)
-			return nil, rec, err
+			return storage.Claimed{}, classify(ctx, "look up", err, true)
+		default:
+			if step, v := judge(&row, true, c); step == vRecord {
+				return reported(&row, c, v)
+			}
 		}
 	}
 	deadline := time.Now().Add(c.LockWait)
@@ -227,27 +248,26 @@ func (s *Store) claimAtomic(ctx context.Context, c storage.Claim) (storage.Lock,
 		if s.claimFirst {
 			once = s.claimRowFirst
 		}
-		lock, rec, err := once(ctx, c, time.Until(deadline))
+		claimed, err := once(ctx, c, time.Until(deadline))
 		if errors.Is(err, errWaited) {
 			// The twin this claim waited for has ended: a statement of its own, with a
 			// snapshot taken now, sees the record it committed, if any.
 			var row claimRow
 			found, lerr := s.scanRow(ctx, nil, time.Until(deadline), s.q.lookup, []any{c.Scope, c.Key}, &row)
-			switch {
-			case lerr != nil:
-				return nil, nil, classify(ctx, "claim: look up", lerr, true)
-			case found && judge(&row, true, c) == vRecord:
-				rec, err := row.record(c.Scope, c.Key)
-				return nil, rec, err
+			if lerr != nil {
+				return storage.Claimed{}, classify(ctx, "claim: look up", lerr, true)
+			}
+			if step, v := judge(&row, found, c); step == vRecord {
+				return reported(&row, c, v)
 			}
 		}
 		switch {
 		case err == nil || !errors.Is(err, storage.ErrTransient) || attempt+1 >= maxRetries:
-			return lock, rec, err
+			return claimed, err
 		case time.Until(deadline) <= 0:
 			// The whole lock wait went by without a snapshot that sees the twin's outcome:
 			// as far as this request can tell, the twin is still in flight.
-			return nil, nil, fmt.Errorf("pgxstore: claim: lock wait of %s spent on serialization retries: %w (%w)", c.LockWait, storage.ErrInProgress, err)
+			return storage.Claimed{}, fmt.Errorf("pgxstore: claim: lock wait of %s spent on serialization retries: %w (%w)", c.LockWait, storage.ErrInProgress, err)
 		}
 	}
 }
@@ -255,15 +275,15 @@ func (s *Store) claimAtomic(ctx context.Context, c storage.Claim) (storage.Lock,
 // claimRowFirst is one atomic claim with WithClaimRowFirst, or at REPEATABLE READ or
 // SERIALIZABLE: the started key row is the transaction's first write (a twin waits on it),
 // updated to completed by Complete.
-func (s *Store) claimRowFirst(ctx context.Context, c storage.Claim, wait time.Duration) (storage.Lock, *storage.Record, error) {
+func (s *Store) claimRowFirst(ctx context.Context, c storage.Claim, wait time.Duration) (storage.Claimed, error) {
 	tok := keyrow.NewToken()
 	args := claimArgs(c, tok, wait)
-	l := &atomicLock{s: s, scope: c.Scope, key: c.Key, tok: tok, timeout: c.Timeout}
+	l := &atomicLock{s: s, scope: c.Scope, key: c.Key, tok: tok}
 	var row claimRow
 	conn, fast, err := s.dedicated(ctx, wait)
 	switch {
 	case err != nil:
-		return nil, nil, classify(ctx, "claim", err, true)
+		return storage.Claimed{}, classify(ctx, "claim", err, true)
 	case fast:
 		// BEGIN and the claim in one round trip.
 		l.held = conn
@@ -280,7 +300,7 @@ func (s *Store) claimRowFirst(ctx context.Context, c storage.Claim, wait time.Du
 		}
 	default:
 		if l.tx, err = s.begin(ctx, wait); err != nil {
-			return nil, nil, classify(ctx, "claim", err, true)
+			return storage.Claimed{}, classify(ctx, "claim", err, true)
 		}
 		err = l.tx.QueryRow(ctx, s.q.insert, args...).Scan(&row.claimed)
 	}
@@ -304,20 +324,20 @@ func (s *Store) claimRowFirst(ctx context.Context, c storage.Claim, wait time.Du
 	}
 	if err != nil {
 		l.abort(ctx)
-		return nil, nil, classify(ctx, "claim", err, true)
+		return storage.Claimed{}, classify(ctx, "claim", err, true)
 	}
 	res, err := s.settle(ctx, l.tx, c, tok, read, &row, found)
 	if err != nil {
 		l.abort(ctx)
-		return nil, nil, classify(ctx, "claim", err, true)
+		return storage.Claimed{}, classify(ctx, "claim", err, true)
 	}
 	if res.rec != nil {
 		l.abort(ctx)
-		return nil, res.rec, nil
+		return storage.Claimed{Verdict: res.verdict, Record: res.rec}, nil
 	}
 	l.point, l.takenOver = res.point, res.takenOver
 	l.slot.inner = l.tx
-	return l, nil, nil
+	return claimedBy(l, l.takenOver), nil
 }
 
 // errWaited makes an atomic claim at REPEATABLE READ or SERIALIZABLE start again after
@@ -341,13 +361,13 @@ var errWaited = fmt.Errorf("pgxstore: claim: waited for a twin: %w", storage.Err
 // (an engine that accepts the call and does not lock, a snapshot taken just before a twin
 // committed, a writer that does not take the lock), Complete's INSERT fails on the twin's
 // row, the whole transaction rolls back and Complete returns storage.ErrTransient.
-func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Duration) (storage.Lock, *storage.Record, error) {
-	l := &atomicLock{s: s, scope: c.Scope, key: c.Key, timeout: c.Timeout,
+func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Duration) (storage.Claimed, error) {
+	l := &atomicLock{s: s, scope: c.Scope, key: c.Key,
 		fingerprint: c.Fingerprint, method: c.Method, path: c.Path}
 	ms, hash := strconv.FormatInt(max(wait.Milliseconds(), 1), 10), s.lockHash(c.Scope, c.Key)
 	conn, fast, err := s.dedicated(ctx, wait)
 	if err != nil {
-		return nil, nil, classify(ctx, "claim", err, true)
+		return storage.Claimed{}, classify(ctx, "claim", err, true)
 	}
 	row := &claimRow{}
 	b := &pgx.Batch{}
@@ -355,7 +375,7 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 		l.held = conn
 		b.BeginTx(pgx.TxOptions{IsoLevel: s.iso})
 	} else if l.tx, err = s.begin(ctx, wait); err != nil {
-		return nil, nil, classify(ctx, "claim", err, true)
+		return storage.Claimed{}, classify(ctx, "claim", err, true)
 	}
 	b.Queue(s.q.tryLock, ms, hash, c.Scope, c.Key)
 	b.Queue(s.q.lookup, c.Scope, c.Key)
@@ -399,12 +419,12 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 	}
 	if err != nil {
 		l.abort(ctx)
-		return nil, nil, classify(ctx, "claim", err, true)
+		return storage.Claimed{}, classify(ctx, "claim", err, true)
 	}
 	if !found {
 		l.pending, l.point = true, storage.RecoveryStarted
 		l.slot.inner = l.tx
-		return l, nil, nil
+		return claimedBy(l, false), nil
 	}
 	// A row holds the key: report it, or replace or take it over in this transaction
 	// (its row lock serialises racing claimers; the UPDATEs are conditional). A row that
@@ -421,15 +441,15 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 	res, err := s.settle(ctx, l.tx, c, l.tok, read, row, true)
 	if err != nil {
 		l.abort(ctx)
-		return nil, nil, classify(ctx, "claim", err, true)
+		return storage.Claimed{}, classify(ctx, "claim", err, true)
 	}
 	if res.rec != nil {
 		l.abort(ctx)
-		return nil, res.rec, nil
+		return storage.Claimed{Verdict: res.verdict, Record: res.rec}, nil
 	}
 	l.point, l.takenOver, l.pending = res.point, res.takenOver, res.pending
 	l.slot.inner = l.tx
-	return l, nil, nil
+	return claimedBy(l, l.takenOver), nil
 }
 
 // scanned turns the error of a one-row scan into found: no row is not an error.

@@ -70,7 +70,7 @@
 // first use (never a second connection while phases run; a phase after it is refused with
 // storage.ErrFinalTxOpen) and Complete commits it with the response. While the handler
 // runs, the engine renews the lease (Renew: one fenced UPDATE on a connection of its own).
-// Complete, Release and Renew are each bounded by storage.Claim.Timeout.
+// Complete, Release and Renew are each bounded by the deadline the engine puts in their context (core.Config.StoreTimeout).
 //
 // Leases and retention use the database clock (now()), never the application's.
 //

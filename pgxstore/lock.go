@@ -15,40 +15,6 @@ import (
 // errEnded is returned by a lock used after Complete or Release.
 var errEnded = errors.New("pgxstore: the lock has ended (completed or released)")
 
-// cleanup returns a context for statements that must run even when ctx is cancelled
-// (rolling back, giving a key up), bounded by the claim's timeout (see bounded).
-func cleanup(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	return bounded(context.WithoutCancel(ctx), timeout)
-}
-
-// bounded returns ctx with the claim's timeout (storage.Claim.Timeout;
-// storage.DefaultTimeout when it set none) for a completion, a release or a renewal: the
-// engine hands them a context that is never cancelled, and a paused database must still
-// cost a bounded wait. A ctx whose deadline comes sooner is returned as it is: a deadline
-// context costs pgx work on every statement.
-func bounded(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	timeout = lockTimeout(timeout)
-	if deadlineWithin(ctx, timeout) {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, timeout)
-}
-
-// lockTimeout is what bounds each of a lock's calls: the claim's timeout, or
-// storage.DefaultTimeout when it set none.
-func lockTimeout(timeout time.Duration) time.Duration {
-	if timeout <= 0 {
-		return storage.DefaultTimeout
-	}
-	return timeout
-}
-
-// deadlineWithin reports whether ctx has a deadline at most d from now.
-func deadlineWithin(ctx context.Context, d time.Duration) bool {
-	deadline, ok := ctx.Deadline()
-	return ok && time.Until(deadline) <= d
-}
-
 // completeArgs are the completion statement's arguments. r is encoded before it returns,
 // so nothing of r is kept.
 func completeArgs(scope, key string, tok keyrow.Token, r *storage.Response) []any {
@@ -72,9 +38,8 @@ type atomicLock struct {
 	// held is the connection tx runs on when the store has one to itself (a pool or a
 	// *pgx.Conn): Complete then sends the completion and COMMIT in one round trip.
 	held
-	ended   bool
-	timeout time.Duration // bounds Complete (storage.Claim.Timeout)
-	slot    slot          // hands tx to the handler
+	ended bool
+	slot  slot // hands tx to the handler
 }
 
 var _ storage.Lock = (*atomicLock)(nil)
@@ -98,9 +63,7 @@ func (l *atomicLock) Phase(ctx context.Context, point string, fn func(ctx contex
 	err := fn(context.WithValue(ctx, ctxKey{}, sp))
 	if tx := sp.take(); tx != nil {
 		if err != nil {
-			cctx, cancel := cleanup(ctx, l.timeout)
-			defer cancel()
-			if rerr := tx.Rollback(cctx); rerr != nil {
+			if rerr := tx.Rollback(ctx); rerr != nil {
 				return errors.Join(err, fmt.Errorf("pgxstore: phase %q: roll back: %w", point, rerr))
 			}
 			return err
@@ -142,21 +105,20 @@ func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
 		q = b.Queue(l.s.q.complete, completeArgs(l.scope, l.key, l.tok, r)...)
 	}
 	if l.conn == nil {
-		ctx, cancel := bounded(ctx, l.timeout)
-		defer cancel()
 		return l.completeTx(ctx, q.SQL, q.Arguments)
 	}
 	defer l.giveBack()
 	b.Queue("commit")
-	// On the connection the lock holds, the connection's deadline bounds the round trip
-	// rather than a context's: the engine's context is never cancelled, so pgx has
-	// nothing to watch (a deadline context costs a timer, and pgx a context watch, ten
-	// allocations in all), and a paused database still costs no more than the timeout:
-	// the read fails and pgx closes the connection, which ends the transaction.
+	// On the connection the lock holds, the connection's deadline (ctx's, which the engine
+	// sets and never cancels) bounds the round trip rather than the context: pgx watching
+	// a context costs it a context watch per statement, and a paused database still costs
+	// no more than the deadline: the read fails and pgx closes the connection, which ends
+	// the transaction.
 	_ = replicated(l.conn.PgConn(), "") // a warning no COMMIT of this request left
 	nc := l.conn.PgConn().Conn()
-	_ = nc.SetDeadline(time.Now().Add(lockTimeout(l.timeout)))
-	br := l.conn.SendBatch(ctx, b)
+	deadline, _ := ctx.Deadline()
+	_ = nc.SetDeadline(deadline)
+	br := l.conn.SendBatch(context.WithoutCancel(ctx), b)
 	ct, err := br.Exec()
 	var commit pgconn.CommandTag
 	if err == nil {
@@ -218,9 +180,7 @@ func (l *atomicLock) rollbackConn(ctx context.Context) {
 	if l.conn.IsClosed() || l.conn.PgConn().TxStatus() == 'I' {
 		return
 	}
-	cctx, cancel := cleanup(ctx, l.timeout)
-	defer cancel()
-	_ = l.tx.Rollback(cctx) // on failure pgx closes the connection, and the pool drops it
+	_ = l.tx.Rollback(ctx) // on failure pgx closes the connection, and the pool drops it
 }
 
 // Release rolls back: neither the key nor the handler's writes remain. After Complete it
@@ -231,9 +191,7 @@ func (l *atomicLock) Release(ctx context.Context) error {
 	}
 	l.ended = true
 	l.slot.take()
-	cctx, cancel := cleanup(ctx, l.timeout)
-	defer cancel()
-	err := l.tx.Rollback(cctx)
+	err := l.tx.Rollback(ctx)
 	l.giveBack()
 	if err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 		return fmt.Errorf("pgxstore: release: roll back: %w", err)
@@ -246,14 +204,9 @@ func (l *atomicLock) Release(ctx context.Context) error {
 func (l *atomicLock) abort(ctx context.Context) {
 	l.ended = true
 	if l.tx != nil {
-		// Within a claim ctx is live and bounded (by Claim.Timeout) as a rule: a rollback
-		// it cuts short closes the connection, which rolls back too.
-		cctx, cancel := ctx, context.CancelFunc(func() {})
-		if ctx.Err() != nil || !deadlineWithin(ctx, storage.DefaultTimeout) {
-			cctx, cancel = cleanup(ctx, 0)
-		}
-		_ = l.tx.Rollback(cctx)
-		cancel()
+		// ctx is the claim's, bounded by the engine: a rollback it cuts short (a client
+		// that hung up) closes the connection, which rolls back too.
+		_ = l.tx.Rollback(ctx)
 	}
 	l.giveBack()
 }
@@ -272,7 +225,6 @@ type phasedLock struct {
 	progress   bool  // a phase has committed: Release keeps the key and its point
 	final      *slot // the final transaction
 	ended      bool
-	timeout    time.Duration // bounds Complete (storage.Claim.Timeout)
 }
 
 var _ storage.Lock = (*phasedLock)(nil)
@@ -306,9 +258,7 @@ func (l *phasedLock) Phase(ctx context.Context, point string, fn func(ctx contex
 	defer func() { // fn panicked (or called runtime.Goexit): end its transaction, keep its connection out of limbo
 		if !returned {
 			if tx := sp.take(); tx != nil {
-				cctx, cancel := cleanup(ctx, l.timeout)
-				_ = tx.Rollback(cctx)
-				cancel()
+				_ = tx.Rollback(ctx)
 			}
 		}
 	}()
@@ -317,9 +267,7 @@ func (l *phasedLock) Phase(ctx context.Context, point string, fn func(ctx contex
 	tx := sp.take()
 	if err != nil {
 		if tx != nil {
-			cctx, cancel := cleanup(ctx, l.timeout)
-			defer cancel()
-			if rerr := tx.Rollback(cctx); rerr != nil {
+			if rerr := tx.Rollback(ctx); rerr != nil {
 				return errors.Join(err, fmt.Errorf("pgxstore: phase %q: roll back: %w", point, rerr))
 			}
 		}
@@ -341,9 +289,7 @@ func (l *phasedLock) fenced(ctx context.Context, tx pgx.Tx, op, sql string, args
 	}
 	if err != nil {
 		if tx != nil {
-			cctx, cancel := cleanup(ctx, l.timeout)
-			defer cancel()
-			_ = tx.Rollback(cctx)
+			_ = tx.Rollback(ctx)
 		}
 		return classify(ctx, op, err, false)
 	}
@@ -358,12 +304,10 @@ func (l *phasedLock) fenced(ctx context.Context, tx pgx.Tx, op, sql string, args
 }
 
 // Renew extends the lease by the claim's lease from now, fenced by the token, in a
-// statement of its own (never in the handler's transaction), bounded by the claim's
-// timeout. On a single-connection DB it waits for the connection, which a phase's or the
+// statement of its own (never in the handler's transaction), bounded by ctx (the
+// engine's). On a single-connection DB it waits for the connection, which a phase's or the
 // final transaction holds while open.
 func (l *phasedLock) Renew(ctx context.Context) error {
-	ctx, cancel := bounded(ctx, l.timeout)
-	defer cancel()
 	return l.fenced(ctx, nil, "renew", l.s.q.renew, l.scope, l.key, l.tok, l.lease.Microseconds())
 }
 
@@ -375,8 +319,6 @@ func (l *phasedLock) Complete(ctx context.Context, r *storage.Response) error {
 		return errEnded
 	}
 	tx := l.final.take()
-	ctx, cancel := bounded(ctx, l.timeout)
-	defer cancel()
 	if err := l.fenced(ctx, tx, "complete", l.s.q.complete, completeArgs(l.scope, l.key, l.tok, r)...); err != nil {
 		l.ended = errors.Is(err, ErrNotReplicated) // committed on the primary: nothing to give up
 		return err
@@ -393,25 +335,23 @@ func (l *phasedLock) Release(ctx context.Context) error {
 		return nil
 	}
 	l.ended = true
-	cctx, cancel := cleanup(ctx, l.timeout)
-	defer cancel()
 	var errs []error
 	if tx := l.final.take(); tx != nil {
-		if err := tx.Rollback(cctx); err != nil {
+		if err := tx.Rollback(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("pgxstore: release: roll back: %w", err))
 		}
 	}
 	if !l.progress {
-		ct, err := l.s.exec(cctx, nil, l.s.q.drop, l.scope, l.key, l.tok)
+		ct, err := l.s.exec(ctx, nil, l.s.q.drop, l.scope, l.key, l.tok)
 		if err != nil {
-			return errors.Join(append(errs, classify(cctx, "release", err, false))...)
+			return errors.Join(append(errs, classify(ctx, "release", err, false))...)
 		}
 		if ct.RowsAffected() == 1 {
 			return errors.Join(errs...)
 		}
 		// Not deleted: taken over, or a phase committed after all; unlease tells which.
 	}
-	if err := l.fenced(cctx, nil, "release", l.s.q.unlease, l.scope, l.key, l.tok); err != nil {
+	if err := l.fenced(ctx, nil, "release", l.s.q.unlease, l.scope, l.key, l.tok); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -547,12 +547,12 @@ func TestMiddlewarePathNotUTF8(t *testing.T) {
 // worker cut off from the database. newShopOn fills in the store.
 type cutOff struct{ storage.Store }
 
-func (c *cutOff) Claim(ctx context.Context, cl storage.Claim) (storage.Lock, *storage.Record, error) {
-	lock, rec, err := c.Store.Claim(ctx, cl)
-	if lock != nil && !lock.Resumed() {
-		lock = cutOffLock{lock}
+func (c *cutOff) Claim(ctx context.Context, cl storage.Claim) (storage.Claimed, error) {
+	claimed, err := c.Store.Claim(ctx, cl)
+	if claimed.Lock != nil && !claimed.Lock.Resumed() {
+		claimed.Lock = cutOffLock{claimed.Lock}
 	}
-	return lock, rec, err
+	return claimed, err
 }
 
 type cutOffLock struct{ storage.Lock }

@@ -12,11 +12,10 @@ import (
 )
 
 var (
-	_ storage.Lookuper   = (*Store)(nil)
 	_ storage.KeyCounter = (*Store)(nil)
 )
 
-// Lookup implements storage.Lookuper: one statement, outside any transaction, with the
+// Lookup implements storage.Store: one statement, outside any transaction, with the
 // database's clock (now()). A key an atomic request holds is not visible before it
 // commits.
 func (s *Store) Lookup(ctx context.Context, scope, key string) (*storage.Record, time.Time, error) {

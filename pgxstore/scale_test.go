@@ -21,6 +21,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/internal/seamtest"
 	"github.com/idemkit/idem/pgxstore"
 )
 
@@ -103,7 +104,7 @@ var scaleResponse = storage.Response{
 func scaleClaim(scope, key string, fingerprint []byte) storage.Claim {
 	return storage.Claim{Scope: scope, Key: key, Fingerprint: fingerprint, Method: http.MethodPost,
 		Path: "/v1/orders", Mode: storage.ModeAtomic, Lease: time.Minute, LockWait: 2 * time.Second,
-		Retention: storage.DefaultRetention, Timeout: 3 * time.Second}
+		Retention: storage.DefaultRetention}
 }
 
 // firstRequest claims a fresh random key (a UUID, in a random one of the scopes) through
@@ -114,7 +115,7 @@ func firstRequest(ctx context.Context, store storage.Store) error {
 	h := hex.EncodeToString(u[:])
 	key := h[:8] + "-" + h[8:12] + "-4" + h[13:16] + "-a" + h[17:20] + "-" + h[20:]
 	fp := sha256.Sum256(u[:])
-	lock, rec, err := store.Claim(ctx, scaleClaim("acct-"+strconv.Itoa(int(u[0])%scaleScopes), key, fp[:]))
+	lock, rec, err := seamtest.Split(store.Claim(ctx, scaleClaim("acct-"+strconv.Itoa(int(u[0])%scaleScopes), key, fp[:])))
 	if err != nil {
 		return err
 	}
@@ -128,7 +129,7 @@ func firstRequest(ctx context.Context, store storage.Store) error {
 // replay claims filled key i through store and checks that it comes back completed.
 func replay(ctx context.Context, store storage.Store, i int) error {
 	scope, key, fp := scaleKey(i)
-	lock, rec, err := store.Claim(ctx, scaleClaim(scope, key, fp))
+	lock, rec, err := seamtest.Split(store.Claim(ctx, scaleClaim(scope, key, fp)))
 	if err != nil {
 		return err
 	}

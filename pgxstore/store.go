@@ -218,19 +218,14 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) 
 // Claim claims c.Key in c.Scope, or reports the record that holds it; see storage.Store.
 // A zero c.Retention keeps keys for ever; the engine sets it, and a positive c.Lease and
 // c.LockWait.
-func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
-	if c.Timeout > 0 && !deadlineWithin(ctx, c.Timeout) { // pgx transactions outlive the context they began with
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
-		defer cancel()
-	}
+func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, error) {
 	switch c.Mode {
 	case storage.ModeAtomic:
 		return s.claimAtomic(ctx, c)
 	case storage.ModePhased:
 		return s.claimPhased(ctx, c)
 	default:
-		return nil, nil, fmt.Errorf("pgxstore: mode %v: %w", c.Mode, storage.ErrUnsupportedMode)
+		return storage.Claimed{}, fmt.Errorf("pgxstore: mode %v: %w", c.Mode, storage.ErrUnsupportedMode)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/internal/seamtest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/pgxstore"
 )
@@ -25,7 +26,7 @@ func testClaim(key string, mode storage.Mode) storage.Claim {
 
 func mustLock(t *testing.T, store storage.Store, c storage.Claim) storage.Lock {
 	t.Helper()
-	lock, rec, err := store.Claim(t.Context(), c)
+	lock, rec, err := seamtest.Split(store.Claim(t.Context(), c))
 	if err != nil || lock == nil {
 		t.Fatalf("claim %q: lock %v, record %+v, err %v", c.Key, lock, rec, err)
 	}
@@ -260,13 +261,13 @@ func TestAtomicOnePoolConnection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	// The pool has no connection to give: the twin waits on the pool, then its context.
-	if _, _, err := store.Claim(ctx, twin); err == nil {
+	if _, err := store.Claim(ctx, twin); err == nil {
 		t.Fatal("a twin claimed while the only connection was held")
 	}
 	if err := lock.Complete(t.Context(), &storage.Response{Status: http.StatusCreated, Body: []byte("done")}); err != nil {
 		t.Fatal(err)
 	}
-	_, rec, err := store.Claim(t.Context(), c)
+	_, rec, err := seamtest.Split(store.Claim(t.Context(), c))
 	if err != nil || rec == nil || string(rec.Response.Body) != "done" {
 		t.Fatalf("replay: %+v, %v", rec, err)
 	}
@@ -281,12 +282,12 @@ func TestErrorMapping(t *testing.T) {
 	mustLock(t, store, c)
 	twin := c
 	twin.LockWait = 50 * time.Millisecond
-	_, _, err := store.Claim(t.Context(), twin)
+	_, _, err := seamtest.Split(store.Claim(t.Context(), twin))
 	var pgErr *pgconn.PgError
 	if !errors.Is(err, storage.ErrInProgress) || !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
 		t.Fatalf("twin of an open claim: %v, want ErrInProgress wrapping SQLSTATE 55P03", err)
 	}
-	if _, _, err := store.Claim(t.Context(), storage.Claim{Mode: storage.Mode(42)}); !errors.Is(err, storage.ErrUnsupportedMode) {
+	if _, err := store.Claim(t.Context(), storage.Claim{Mode: storage.Mode(42)}); !errors.Is(err, storage.ErrUnsupportedMode) {
 		t.Fatalf("unknown mode: %v, want ErrUnsupportedMode", err)
 	}
 }
@@ -313,7 +314,7 @@ func TestSingleConn(t *testing.T) {
 		if mode == storage.ModeAtomic {
 			other := testClaim("other", mode)
 			other.LockWait = 50 * time.Millisecond
-			if _, _, err := store.Claim(t.Context(), other); !errors.Is(err, storage.ErrTransient) {
+			if _, err := store.Claim(t.Context(), other); !errors.Is(err, storage.ErrTransient) {
 				t.Fatalf("a second atomic claim while the connection is in use: %v, want ErrTransient", err)
 			}
 		}
@@ -323,7 +324,7 @@ func TestSingleConn(t *testing.T) {
 		if err := lock.Complete(t.Context(), &storage.Response{Status: http.StatusCreated, Body: []byte(mode.String())}); err != nil {
 			t.Fatalf("%v: complete: %v", mode, err)
 		}
-		_, rec, err := store.Claim(t.Context(), c)
+		_, rec, err := seamtest.Split(store.Claim(t.Context(), c))
 		if err != nil || rec == nil || string(rec.Response.Body) != mode.String() {
 			t.Fatalf("%v: replay: %+v, %v", mode, rec, err)
 		}
@@ -352,7 +353,7 @@ func TestInsideTx(t *testing.T) {
 		if err := lock.Complete(ctx, &storage.Response{Status: http.StatusCreated, Body: []byte(mode.String())}); err != nil {
 			t.Fatalf("%v: complete: %v", mode, err)
 		}
-		_, rec, err := store.Claim(ctx, c)
+		_, rec, err := seamtest.Split(store.Claim(ctx, c))
 		if err != nil || rec == nil || string(rec.Response.Body) != mode.String() {
 			t.Fatalf("%v: replay in the transaction: %+v, %v", mode, rec, err)
 		}
@@ -395,7 +396,7 @@ func TestAtomicTakeover(t *testing.T) {
 	if err := stale.Complete(ctx, &storage.Response{Status: http.StatusOK}); !errors.Is(err, storage.ErrLeaseLost) {
 		t.Fatalf("stale complete: %v, want ErrLeaseLost", err)
 	}
-	_, rec, err := store.Claim(ctx, c)
+	_, rec, err := seamtest.Split(store.Claim(ctx, c))
 	if err != nil || rec == nil || string(rec.Response.Body) != "atomic" {
 		t.Fatalf("replay: %+v, %v", rec, err)
 	}

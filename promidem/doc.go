@@ -5,7 +5,7 @@
 //	idem_store_seconds{op}              histogram: the store's time per request, op = claim, complete or release
 //
 // A request counts once in idem_requests_total under its final outcome (replayed,
-// completed, conflict, mismatch, rolled_back, rejected, store_error), and once more under
+// completed, conflict, mismatch, rolled_back, cancelled, rejected, store_error), and once more under
 // claimed or resumed when its handler ran, so "handler runs" is the rate of claimed plus
 // resumed and "replays" that of replayed. The histograms take final events only. The
 // route is core.Event.Route: the ServeMux pattern, or the template ginidem and echoidem

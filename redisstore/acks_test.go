@@ -13,6 +13,7 @@ import (
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/internal/redistopo"
+	"github.com/idemkit/idem/internal/seamtest"
 	"github.com/idemkit/idem/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -87,23 +88,23 @@ func TestReplicaAcksShortPhase(t *testing.T) {
 	store := redisstore.New(c, redisstore.WithPrefix(newPrefix(t)), redisstore.WithReplicaAcks(1, 20*time.Millisecond))
 	ctx := t.Context()
 	claim := phasedClaim("k", "a")
-	l, _, err := store.Claim(ctx, claim)
+	l, _, err := seamtest.Split(store.Claim(ctx, claim))
 	require.NoError(t, err)
 	ran := 0
 	err = l.Phase(ctx, "charged", func(ctx context.Context) error { ran++; return nil })
 	require.ErrorIs(t, err, redisstore.ErrNotReplicated)
 	assert.Equal(t, 1, ran)
 	require.NoError(t, l.Release(ctx))
-	l, rec, err := store.Claim(ctx, claim)
+	l, rec, err := seamtest.Split(store.Claim(ctx, claim))
 	require.NoError(t, err)
 	require.Nil(t, rec)
 	assert.True(t, l.Resumed())
 	assert.Equal(t, "charged", l.RecoveryPoint(), "the point recorded on the master")
 
-	stale, _, err := store.Claim(ctx, phasedClaim("fenced", "a"))
+	stale, _, err := seamtest.Split(store.Claim(ctx, phasedClaim("fenced", "a")))
 	require.NoError(t, err)
 	c.Del(ctx, store.Key("tenant", "fenced"))
-	_, _, err = store.Claim(ctx, phasedClaim("fenced", "a")) // a new claim, a new token
+	_, _, err = seamtest.Split(store.Claim(ctx, phasedClaim("fenced", "a"))) // a new claim, a new token
 	require.NoError(t, err)
 	require.ErrorIs(t, stale.Complete(ctx, &storage.Response{Status: http.StatusCreated}), storage.ErrLeaseLost)
 }
@@ -153,7 +154,7 @@ func TestReplicaAcksWaitOnTheKeysOwnMaster(t *testing.T) {
 		}
 	}
 	complete := func(key string) error {
-		l, rec, err := store.Claim(ctx, phasedClaim(key, "a"))
+		l, rec, err := seamtest.Split(store.Claim(ctx, phasedClaim(key, "a")))
 		require.NoError(t, err)
 		require.Nil(t, rec)
 		return l.Complete(ctx, &storage.Response{Status: http.StatusCreated})

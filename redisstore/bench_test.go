@@ -10,6 +10,7 @@ import (
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/internal/redistopo"
+	"github.com/idemkit/idem/internal/seamtest"
 	"github.com/idemkit/idem/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -123,7 +124,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				ctx := context.Background()
 				for pb.Next() {
-					l, rec, err := s.Claim(ctx, phasedClaim(fmt.Sprintf("op-%d", seq.Add(1)), "a"))
+					l, rec, err := seamtest.Split(s.Claim(ctx, phasedClaim(fmt.Sprintf("op-%d", seq.Add(1)), "a")))
 					if err != nil || rec != nil {
 						b.Errorf("claim: %v %v", rec, err)
 						return

@@ -48,12 +48,13 @@ func Example_phased() {
 	c := storage.Claim{
 		Scope: "account-1", Key: "9f1c7a52-order", Fingerprint: fp[:],
 		Method: http.MethodPost, Path: "/payments", Mode: storage.ModePhased,
-		Lease: time.Minute, Retention: store.Retention(), Timeout: 5 * time.Second,
+		Lease: time.Minute, Retention: store.Retention(),
 	}
-	lock, _, err := store.Claim(ctx, c)
+	claimed, err := store.Claim(ctx, c)
 	if err != nil {
 		panic(err)
 	}
+	lock := claimed.Lock
 	fmt.Println("claimed at", lock.RecoveryPoint())
 	err = lock.Phase(ctx, "charged", func(ctx context.Context) error {
 		return nil // call the provider here, with a key stable across retries
@@ -66,10 +67,11 @@ func Example_phased() {
 		panic(err)
 	}
 
-	_, rec, err := store.Claim(ctx, c)
+	claimed, err = store.Claim(ctx, c)
 	if err != nil {
 		panic(err)
 	}
+	rec := claimed.Record
 	fmt.Println("retry gets", rec.State, rec.RecoveryPoint, rec.Response.Status, rec.Response.Header.Get("Location"), string(rec.Response.Body))
 	// Output:
 	// claimed at started

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/internal/seamtest"
 	"github.com/idemkit/idem/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -37,7 +38,7 @@ func TestAtomicClaimIsUnsupported(t *testing.T) {
 	t.Parallel()
 	c := phasedClaim("k", "a")
 	c.Mode = storage.ModeAtomic
-	_, _, err := newStore(t).Claim(t.Context(), c)
+	_, _, err := seamtest.Split(newStore(t).Claim(t.Context(), c))
 	require.ErrorIs(t, err, storage.ErrUnsupportedMode)
 }
 
@@ -68,11 +69,11 @@ func TestBinarySafe(t *testing.T) {
 	} {
 		c := phasedClaim(sc.key, "a")
 		c.Scope = sc.scope
-		l, rec, err := s.Claim(ctx, c)
+		l, rec, err := seamtest.Split(s.Claim(ctx, c))
 		require.NoError(t, err)
 		require.Nil(t, rec, "scope %q key %q collided with another", sc.scope, sc.key)
 		require.NoError(t, l.Complete(ctx, &storage.Response{Status: http.StatusOK, Header: http.Header{"Etag": {`"\x01"`}}, Body: body}))
-		_, rec, err = s.Claim(ctx, c)
+		_, rec, err = seamtest.Split(s.Claim(ctx, c))
 		require.NoError(t, err)
 		require.NotNil(t, rec)
 		assert.Equal(t, sc.scope, rec.Scope)
@@ -91,7 +92,7 @@ func TestKeysExpireByTTL(t *testing.T) {
 	ctx := t.Context()
 	c := phasedClaim("k", "a")
 	c.Lease, c.Retention = 100*time.Millisecond, retention
-	l, _, err := s.Claim(ctx, c)
+	l, _, err := seamtest.Split(s.Claim(ctx, c))
 	require.NoError(t, err)
 	require.NoError(t, l.Complete(ctx, &storage.Response{Status: http.StatusCreated}))
 	key := s.Key(c.Scope, c.Key)
@@ -99,7 +100,7 @@ func TestKeysExpireByTTL(t *testing.T) {
 	require.NoError(t, err)
 	assert.InDelta(t, retention, ttl, float64(200*time.Millisecond), "TTL after the claim")
 
-	_, rec, err := s.Claim(ctx, c)
+	_, rec, err := seamtest.Split(s.Claim(ctx, c))
 	require.NoError(t, err)
 	require.NotNil(t, rec)
 	after, err := client.PTTL(ctx, key).Result()
@@ -111,7 +112,7 @@ func TestKeysExpireByTTL(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "Redis did not expire the key")
 		time.Sleep(50 * time.Millisecond) // waiting for the TTL to run out is the point
 	}
-	l, rec, err = s.Claim(ctx, c)
+	l, rec, err = seamtest.Split(s.Claim(ctx, c))
 	require.NoError(t, err)
 	require.Nil(t, rec)
 	assert.False(t, l.Resumed())
@@ -127,7 +128,7 @@ func TestTTLCoversALiveLease(t *testing.T) {
 	ctx := t.Context()
 	c := phasedClaim("k", "a")
 	c.Lease, c.Retention = 10*time.Second, 100*time.Millisecond
-	l, _, err := s.Claim(ctx, c)
+	l, _, err := seamtest.Split(s.Claim(ctx, c))
 	require.NoError(t, err)
 	require.NoError(t, l.Phase(ctx, "charged", nil))
 	ttl, err := client.PTTL(ctx, s.Key(c.Scope, c.Key)).Result()
@@ -146,13 +147,13 @@ func TestLeaseOnRedisClock(t *testing.T) {
 	c := phasedClaim("k", "a")
 	before, err := client.Time(ctx).Result()
 	require.NoError(t, err)
-	l, _, err := s.Claim(ctx, c)
+	l, _, err := seamtest.Split(s.Claim(ctx, c))
 	require.NoError(t, err)
 	after, err := client.Time(ctx).Result()
 	require.NoError(t, err)
 	probe := c
 	probe.Fingerprint = []byte("other")
-	_, rec, err := s.Claim(ctx, probe)
+	_, rec, err := seamtest.Split(s.Claim(ctx, probe))
 	require.NoError(t, err)
 	assert.False(t, rec.LockedUntil.Before(before.Add(c.Lease)), "lease end %v before Redis's %v + lease", rec.LockedUntil, before)
 	assert.False(t, rec.LockedUntil.After(after.Add(c.Lease)), "lease end %v after Redis's %v + lease", rec.LockedUntil, after)
@@ -189,11 +190,11 @@ func warm(t testing.TB, s *redisstore.Store) {
 	t.Helper()
 	ctx := context.Background()
 	c := phasedClaim("warm-up", "a")
-	l, _, err := s.Claim(ctx, c)
+	l, _, err := seamtest.Split(s.Claim(ctx, c))
 	require.NoError(t, err)
 	require.NoError(t, l.Phase(ctx, "p", nil))
 	require.NoError(t, l.Release(ctx))
-	l, _, err = s.Claim(ctx, c)
+	l, _, err = seamtest.Split(s.Claim(ctx, c))
 	require.NoError(t, err)
 	require.NoError(t, l.Complete(ctx, &storage.Response{Status: http.StatusOK}))
 }

@@ -19,8 +19,7 @@ type lock struct {
 	key       string // the Redis hash
 	tok       string
 	lease     time.Duration
-	timeout   time.Duration // storage.Claim.Timeout: bounds each of the lock's calls
-	point     string        // the recovery point when the lock was obtained
+	point     string // the recovery point when the lock was obtained
 	takenOver bool
 	ended     bool
 }
@@ -67,18 +66,14 @@ func (l *lock) Phase(ctx context.Context, point string, fn func(ctx context.Cont
 }
 
 // Renew extends the lease by the claim's lease from now, fenced by the token (the renew
-// script, without a point), bounded by the claim's timeout. It reads only what the lock
+// script, without a point), bounded by ctx (the engine's). It reads only what the lock
 // was claimed with, so it may run on another goroutine while Phase runs.
 func (l *lock) Renew(ctx context.Context) error {
-	ctx, cancel := l.bound(ctx)
-	defer cancel()
 	return l.renew(ctx, "renew", nil)
 }
 
 // renew runs the renew script: the lease, and point when not nil.
 func (l *lock) renew(ctx context.Context, op string, point *string) error {
-	ctx, cancel := bounded(ctx, l.timeout)
-	defer cancel()
 	args := []any{l.tok, l.lease.Microseconds()}
 	if point != nil {
 		args = append(args, *point)
@@ -103,8 +98,6 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	if r == nil {
 		return errors.New("redisstore: complete: nil response")
 	}
-	ctx, cancel := l.bound(ctx)
-	defer cancel()
 	body := r.Body
 	if body == nil {
 		body = []byte{}
@@ -132,8 +125,6 @@ func (l *lock) Release(ctx context.Context) error {
 		return nil
 	}
 	l.ended = true
-	ctx, cancel := l.bound(context.WithoutCancel(ctx))
-	defer cancel()
 	n, err := l.s.run(ctx, releaseScript, l.key, false, l.tok).Int()
 	switch {
 	case err != nil:
@@ -142,13 +133,4 @@ func (l *lock) Release(ctx context.Context) error {
 		return fmt.Errorf("redisstore: release: %w", storage.ErrLeaseLost)
 	}
 	return nil
-}
-
-// bound applies the claim's timeout, or storage.DefaultTimeout when it set none: the
-// engine calls Complete, Release and Renew with a context that is never cancelled.
-func (l *lock) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	if l.timeout <= 0 {
-		return context.WithTimeout(ctx, storage.DefaultTimeout)
-	}
-	return context.WithTimeout(ctx, l.timeout)
 }

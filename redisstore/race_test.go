@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/internal/seamtest"
 	"github.com/idemkit/idem/redisstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -42,7 +43,7 @@ func TestTwoHundredClaimersOneWinner(t *testing.T) {
 		}
 		wg.Go(func() {
 			<-start
-			l, rec, err := s.Claim(t.Context(), c)
+			l, rec, err := seamtest.Split(s.Claim(t.Context(), c))
 			results[i] = result{l, rec, err}
 		})
 	}
@@ -62,7 +63,7 @@ func TestTwoHundredClaimersOneWinner(t *testing.T) {
 	}
 	require.NotNil(t, winner, "one of %d claimers must win", claimers)
 	require.NoError(t, winner.Complete(t.Context(), &storage.Response{Status: http.StatusCreated, Body: []byte("one")}))
-	_, rec, err := b.Claim(t.Context(), c)
+	_, rec, err := seamtest.Split(b.Claim(t.Context(), c))
 	require.NoError(t, err)
 	require.NotNil(t, rec)
 	assert.Equal(t, []byte("one"), rec.Response.Body)
@@ -77,7 +78,7 @@ func TestTakeoverFencesTheStaleWorker(t *testing.T) {
 	ctx := t.Context()
 	c := phasedClaim("k", "a")
 	c.Lease = 150 * time.Millisecond
-	stale, _, err := a.Claim(ctx, c)
+	stale, _, err := seamtest.Split(a.Claim(ctx, c))
 	require.NoError(t, err)
 	require.NoError(t, stale.Phase(ctx, "charged", nil))
 	waitLeaseEnd(t, b, c)
@@ -91,7 +92,7 @@ func TestTakeoverFencesTheStaleWorker(t *testing.T) {
 	for range racers {
 		wg.Go(func() {
 			<-start
-			l, rec, err := b.Claim(ctx, retry)
+			l, rec, err := seamtest.Split(b.Claim(ctx, retry))
 			if !assert.NoError(t, err) {
 				return
 			}
@@ -118,7 +119,7 @@ func TestTakeoverFencesTheStaleWorker(t *testing.T) {
 	require.ErrorIs(t, stale.Complete(ctx, &storage.Response{Status: http.StatusCreated, Body: []byte("stale")}), storage.ErrLeaseLost)
 	require.ErrorIs(t, stale.Release(ctx), storage.ErrLeaseLost)
 
-	_, rec, err := a.Claim(ctx, c)
+	_, rec, err := seamtest.Split(a.Claim(ctx, c))
 	require.NoError(t, err)
 	require.NotNil(t, rec, "the key is still held by the new worker")
 	assert.Equal(t, "charged", rec.RecoveryPoint)
@@ -126,7 +127,7 @@ func TestTakeoverFencesTheStaleWorker(t *testing.T) {
 
 	require.NoError(t, fresh.Phase(ctx, "emailed", nil))
 	require.NoError(t, fresh.Complete(ctx, &storage.Response{Status: http.StatusCreated, Body: []byte("fresh")}))
-	_, rec, err = a.Claim(ctx, c)
+	_, rec, err = seamtest.Split(a.Claim(ctx, c))
 	require.NoError(t, err)
 	require.NotNil(t, rec)
 	assert.Equal(t, "emailed", rec.RecoveryPoint)
@@ -141,18 +142,18 @@ func TestStaleWorkerCannotReleaseTheNewClaim(t *testing.T) {
 	ctx := t.Context()
 	c := phasedClaim("k", "a")
 	c.Lease = 150 * time.Millisecond
-	stale, _, err := a.Claim(ctx, c)
+	stale, _, err := seamtest.Split(a.Claim(ctx, c))
 	require.NoError(t, err)
 	waitLeaseEnd(t, b, c)
 	retry := c
 	retry.Lease = 10 * time.Second
-	fresh, _, err := b.Claim(ctx, retry)
+	fresh, _, err := seamtest.Split(b.Claim(ctx, retry))
 	require.NoError(t, err)
 	require.NotNil(t, fresh)
 	require.True(t, fresh.Resumed())
 
 	require.ErrorIs(t, stale.Release(ctx), storage.ErrLeaseLost)
-	_, rec, err := a.Claim(ctx, c)
+	_, rec, err := seamtest.Split(a.Claim(ctx, c))
 	require.NoError(t, err)
 	require.NotNil(t, rec, "the stale release deleted the new claim")
 	require.NoError(t, fresh.Complete(ctx, &storage.Response{Status: http.StatusOK}))
@@ -167,7 +168,7 @@ func waitLeaseEnd(t *testing.T, s *redisstore.Store, c storage.Claim) {
 		time.Sleep(c.Lease / 3)
 		probe := c
 		probe.Fingerprint = []byte("probe: another request never takes over")
-		_, rec, err := s.Claim(t.Context(), probe)
+		_, rec, err := seamtest.Split(s.Claim(t.Context(), probe))
 		require.NoError(t, err)
 		require.NotNil(t, rec)
 		if rec.LockedUntil.Before(time.Now()) {

@@ -14,11 +14,10 @@ import (
 )
 
 var (
-	_ storage.Lookuper   = (*Store)(nil)
 	_ storage.KeyCounter = (*Store)(nil)
 )
 
-// Lookup implements storage.Lookuper: one script run reads the key's hash and the Redis
+// Lookup implements storage.Store: one script run reads the key's hash and the Redis
 // server's clock, the one its leases run on.
 func (s *Store) Lookup(ctx context.Context, scope, key string) (*storage.Record, time.Time, error) {
 	res, err := s.run(ctx, lookupScript, s.Key(scope, key), false).Slice()

@@ -157,69 +157,63 @@ func newToken() string {
 	return hex.EncodeToString(t[:])
 }
 
-// bounded returns ctx with a deadline of timeout from now, or ctx itself when timeout is
-// not positive.
-func bounded(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	if timeout <= 0 {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, timeout)
-}
-
 // Claim implements storage.Store in one script run, one round trip: a fresh claim, a
 // takeover and a replay alike. ModeAtomic fails with an error wrapping
-// storage.ErrUnsupportedMode. c.Timeout, when positive, bounds the call.
-func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
+// storage.ErrUnsupportedMode. ctx bounds the call (the engine sets its deadline).
+func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, error) {
 	if c.Mode != storage.ModePhased {
-		return nil, nil, fmt.Errorf("redisstore: mode %s: %w: Redis has no transaction to share, use ModePhased",
+		return storage.Claimed{}, fmt.Errorf("redisstore: mode %s: %w: Redis has no transaction to share, use ModePhased",
 			c.Mode, storage.ErrUnsupportedMode)
 	}
 	lease := c.Lease
 	ttl := max(s.retention, c.Retention)
-	ctx, cancel := bounded(ctx, c.Timeout)
-	defer cancel()
 	key, tok := s.Key(c.Scope, c.Key), newToken()
 	res, err := s.run(ctx, claimScript, key, false,
 		c.Fingerprint, c.Method, c.Path, tok, lease.Microseconds(), c.Retention.Microseconds(), ttl.Milliseconds(),
 		c.Scope, c.Key).Slice()
 	if err != nil {
-		return nil, nil, classify(ctx, "claim", err)
+		return storage.Claimed{}, classify(ctx, "claim", err)
 	}
 	if len(res) == 0 {
-		return nil, nil, fmt.Errorf("redisstore: claim: empty reply")
+		return storage.Claimed{}, fmt.Errorf("redisstore: claim: empty reply")
 	}
-	l := &lock{s: s, key: key, tok: tok, lease: lease, timeout: c.Timeout, point: storage.RecoveryStarted}
+	l := &lock{s: s, key: key, tok: tok, lease: lease, point: storage.RecoveryStarted}
 	switch kind, _ := res[0].(string); kind {
 	case "claimed":
-		return l, nil, nil
+		return storage.Claimed{Verdict: storage.VerdictAbsent, Lock: l}, nil
 	case "takeover", "mine":
 		if len(res) < 2 {
-			return nil, nil, fmt.Errorf("redisstore: claim: short %s reply", kind)
+			return storage.Claimed{}, fmt.Errorf("redisstore: claim: short %s reply", kind)
 		}
 		l.point = str(res[1])
 		// A claim whose reply was lost and that the client sent again finds its own token:
 		// it was a takeover if the key had progress (a fresh claim starts at "started").
 		l.takenOver = kind == "takeover" || l.point != storage.RecoveryStarted
-		return l, nil, nil
+		v := storage.VerdictAbsent
+		if l.takenOver {
+			v = storage.VerdictTakeOver
+		}
+		return storage.Claimed{Verdict: v, Lock: l}, nil
 	case "record":
 		if len(res) < 2 {
-			return nil, nil, fmt.Errorf("redisstore: claim: short record reply")
+			return storage.Claimed{}, fmt.Errorf("redisstore: claim: short record reply")
 		}
 		now, err := micros(res[1])
 		if err != nil {
-			return nil, nil, err
+			return storage.Claimed{}, err
 		}
 		rec, err := record(c.Scope, c.Key, res[2:])
 		if err != nil {
-			return nil, nil, err
+			return storage.Claimed{}, err
 		}
-		if v := storage.Decide(rec, c, now); v == storage.VerdictAbsent || v == storage.VerdictTakeOver {
+		v := storage.Decide(rec, c, now)
+		if v == storage.VerdictAbsent || v == storage.VerdictTakeOver {
 			// The script reports what it did not act on; it must decide as Decide does.
-			return nil, nil, fmt.Errorf("redisstore: claim: the claim script reported key %q, which storage.Decide would %s", c.Key, v)
+			return storage.Claimed{}, fmt.Errorf("redisstore: claim: the claim script reported key %q, which storage.Decide would %s", c.Key, v)
 		}
-		return nil, rec, nil
+		return storage.Claimed{Verdict: v, Record: rec}, nil
 	default:
-		return nil, nil, fmt.Errorf("redisstore: claim: unexpected reply %v", res[0])
+		return storage.Claimed{}, fmt.Errorf("redisstore: claim: unexpected reply %v", res[0])
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/core/storetest"
 	"github.com/idemkit/idem/internal/reliability"
+	"github.com/idemkit/idem/internal/seamtest"
 	"github.com/idemkit/idem/redisstore"
 )
 
@@ -40,14 +41,14 @@ func TestDeleteExpiredIsANoOp(t *testing.T) {
 	s := newStore(t)
 	ctx := t.Context()
 	c := phasedClaim("k", "a")
-	l, _, err := s.Claim(ctx, c)
+	l, _, err := seamtest.Split(s.Claim(ctx, c))
 	require.NoError(t, err)
 	require.NoError(t, l.Complete(ctx, &storage.Response{Status: http.StatusCreated}))
 
 	n, err := s.DeleteExpired(ctx, time.Now().Add(48*time.Hour), 1000)
 	require.NoError(t, err)
 	assert.Zero(t, n)
-	_, rec, err := s.Claim(ctx, c)
+	_, rec, err := seamtest.Split(s.Claim(ctx, c))
 	require.NoError(t, err)
 	require.NotNil(t, rec, "the completed key is still there")
 	assert.Equal(t, storage.StateCompleted, rec.State)
@@ -58,5 +59,5 @@ func phasedClaim(key, body string) storage.Claim {
 	fp := make([]byte, 32)
 	copy(fp, body)
 	return storage.Claim{Scope: "tenant", Key: key, Fingerprint: fp, Method: http.MethodPost, Path: "/v1/payments",
-		Mode: storage.ModePhased, Lease: 10 * time.Second, Retention: storage.DefaultRetention, Timeout: 5 * time.Second}
+		Mode: storage.ModePhased, Lease: 10 * time.Second, Retention: storage.DefaultRetention}
 }

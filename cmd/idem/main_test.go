@@ -25,6 +25,7 @@ import (
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/gormstore"
+	"github.com/idemkit/idem/internal/seamtest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/pgxstore"
 	"github.com/idemkit/idem/redisstore"
@@ -106,9 +107,9 @@ func seed(t *testing.T, store storage.Store, completed int) {
 		require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
 	}
 	fp := sha256.Sum256([]byte("in flight"))
-	lock, rec, err := store.Claim(t.Context(), storage.Claim{Scope: "alice", Key: "inflight", Fingerprint: fp[:],
+	lock, rec, err := seamtest.Split(store.Claim(t.Context(), storage.Claim{Scope: "alice", Key: "inflight", Fingerprint: fp[:],
 		Method: http.MethodPost, Path: "/v1/payments", Mode: storage.ModePhased, Lease: time.Minute,
-		LockWait: time.Second, Retention: 24 * time.Hour})
+		LockWait: time.Second, Retention: 24 * time.Hour}))
 	require.NoError(t, err)
 	require.Nil(t, rec)
 	t.Cleanup(func() { _ = lock.Release(context.Background()) })

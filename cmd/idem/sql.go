@@ -2,7 +2,7 @@ package main
 
 // The CLI's one statement of its own: whether the key table exists, asked of the
 // database's catalog. Everything on the key table itself goes through the stores
-// (migrate, sweep; show through storage.Lookuper, stats through storage.KeyCounter).
+// (migrate, sweep; show through Store.Lookup, stats through storage.KeyCounter).
 
 import (
 	"context"

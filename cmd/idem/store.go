@@ -225,11 +225,7 @@ func showCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer c.close()
-	lk, ok := c.store.(storage.Lookuper)
-	if !ok {
-		return fmt.Errorf("the store on %s cannot read one key (no storage.Lookuper)", c.url.dialect)
-	}
-	rec, now, err := lk.Lookup(ctx, *scope, *key)
+	rec, now, err := c.store.Lookup(ctx, *scope, *key)
 	if errors.Is(err, storage.ErrNotFound) {
 		fmt.Fprintf(stdout, "key %q in scope %q: not found in %s (never claimed, released after a failure, or swept)\n", *key, *scope, f.place(c))
 		return errFailed

@@ -26,12 +26,12 @@ func Example() {
 		Lease: time.Minute, Retention: 24 * time.Hour,
 	}
 
-	lock, _, err := store.Claim(ctx, c)
+	claimed, err := store.Claim(ctx, c)
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("first request claims the key:", lock.RecoveryPoint())
-	err = lock.Complete(ctx, &storage.Response{
+	fmt.Println("first request claims the key:", claimed.Verdict, claimed.Lock.RecoveryPoint())
+	err = claimed.Lock.Complete(ctx, &storage.Response{
 		Status: http.StatusCreated,
 		Header: http.Header{"Location": {"/orders/1"}},
 		Body:   []byte(`{"id":1}`),
@@ -40,14 +40,15 @@ func Example() {
 		panic(err)
 	}
 
-	_, rec, err := store.Claim(ctx, c)
+	claimed, err = store.Claim(ctx, c)
 	if err != nil {
 		panic(err)
 	}
+	rec := claimed.Record
 	fmt.Println("retry gets the record:", rec.State, rec.Response.Status,
 		rec.Response.Header.Get("Location"), string(rec.Response.Body))
 	// Output:
-	// first request claims the key: started
+	// first request claims the key: absent started
 	// retry gets the record: completed 201 /orders/1 {"id":1}
 }
 

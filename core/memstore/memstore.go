@@ -96,7 +96,6 @@ func New(opts ...Option) *Store {
 
 var (
 	_ storage.Store      = (*Store)(nil)
-	_ storage.Lookuper   = (*Store)(nil)
 	_ storage.KeyCounter = (*Store)(nil)
 )
 
@@ -120,13 +119,13 @@ func (s *Store) Len() int {
 // A replaying claim (the key is completed) returns the store's own *storage.Record, the
 // same one to every replay of the key, built by Complete: callers must not mutate it. A
 // started key is reported as a fresh copy whose Fingerprint is shared with the store.
-func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
+func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, error) {
 	if c.Mode != storage.ModePhased {
-		return nil, nil, fmt.Errorf("memstore: mode %d (%s): %w: memstore has no transaction to share, use ModePhased",
+		return storage.Claimed{}, fmt.Errorf("memstore: mode %d (%s): %w: memstore has no transaction to share, use ModePhased",
 			c.Mode, c.Mode, storage.ErrUnsupportedMode)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, nil, fmt.Errorf("memstore: claim: %w", err)
+		return storage.Claimed{}, fmt.Errorf("memstore: claim: %w", err)
 	}
 	k := id{c.Scope, c.Key}
 	s.mu.Lock()
@@ -137,7 +136,7 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 	if e != nil {
 		held = e.rec
 	}
-	switch storage.Decide(held, c, now) {
+	switch v := storage.Decide(held, c, now); v {
 	case storage.VerdictAbsent:
 		if e != nil {
 			e.owner = nil // fences out a lock of the key it replaces
@@ -146,11 +145,11 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *stor
 			Method: c.Method, Path: c.Path, State: storage.StateStarted, RecoveryPoint: storage.RecoveryStarted,
 			CreatedAt: now}}
 		s.keys[k] = e
-		return s.take(k, e, now, c.Lease, false), nil, nil
+		return storage.Claimed{Verdict: v, Lock: s.take(k, e, now, c.Lease, false)}, nil
 	case storage.VerdictTakeOver: // fences the old lock out
-		return s.take(k, e, now, c.Lease, true), nil, nil
+		return storage.Claimed{Verdict: v, Lock: s.take(k, e, now, c.Lease, true)}, nil
 	default:
-		return nil, e.report(), nil
+		return storage.Claimed{Verdict: v, Record: e.report()}, nil
 	}
 }
 
@@ -163,7 +162,7 @@ func (s *Store) take(k id, e *entry, now time.Time, lease time.Duration, takenOv
 	return l
 }
 
-// Lookup implements storage.Lookuper: the record of key in scope, expired or not, and the
+// Lookup implements storage.Store: the record of key in scope, expired or not, and the
 // store's clock. A completed key's record is the one replays share: callers must not
 // mutate it. No record: an error wrapping storage.ErrNotFound.
 func (s *Store) Lookup(ctx context.Context, scope, key string) (*storage.Record, time.Time, error) {

@@ -20,6 +20,7 @@ import (
 	"github.com/idemkit/idem/core/memstore"
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/core/storetest"
+	"github.com/idemkit/idem/internal/seamtest"
 )
 
 func TestConformance(t *testing.T) {
@@ -49,7 +50,7 @@ func claim(key, body string) storage.Claim {
 
 func mustLock(t testing.TB, s storage.Store, c storage.Claim) storage.Lock {
 	t.Helper()
-	l, rec, err := s.Claim(context.Background(), c)
+	l, rec, err := seamtest.Split(s.Claim(context.Background(), c))
 	require.NoError(t, err, "Claim(%q)", c.Key)
 	require.Nil(t, rec, "Claim(%q) returned a Record, want a Lock", c.Key)
 	require.NotNil(t, l, "Claim(%q) returned no Lock", c.Key)
@@ -58,7 +59,7 @@ func mustLock(t testing.TB, s storage.Store, c storage.Claim) storage.Lock {
 
 func mustRecord(t testing.TB, s storage.Store, c storage.Claim) *storage.Record {
 	t.Helper()
-	l, rec, err := s.Claim(context.Background(), c)
+	l, rec, err := seamtest.Split(s.Claim(context.Background(), c))
 	require.NoError(t, err, "Claim(%q)", c.Key)
 	require.Nil(t, l, "Claim(%q) returned a Lock, want a Record", c.Key)
 	require.NotNil(t, rec, "Claim(%q) returned no Record", c.Key)
@@ -234,7 +235,7 @@ func TestReplaysShareOneRecord(t *testing.T) {
 	for w := range workers {
 		wg.Go(func() {
 			for i := range keys {
-				_, got[w][i], _ = s.Claim(ctx, claim(fmt.Sprint("k", i), "a"))
+				_, got[w][i], _ = seamtest.Split(s.Claim(ctx, claim(fmt.Sprint("k", i), "a")))
 			}
 		})
 	}
@@ -304,7 +305,7 @@ func TestModes(t *testing.T) {
 	mustLock(t, s, c)
 	for _, m := range []storage.Mode{storage.ModeAtomic, storage.Mode(42)} {
 		c.Mode = m
-		l, rec, err := s.Claim(context.Background(), c)
+		l, rec, err := seamtest.Split(s.Claim(context.Background(), c))
 		assert.ErrorIs(t, err, storage.ErrUnsupportedMode, "Claim(mode %v)", m)
 		assert.Nil(t, l, "Claim(mode %v) lock", m)
 		assert.Nil(t, rec, "Claim(mode %v) record", m)
@@ -316,7 +317,7 @@ func TestClaimCancelledContext(t *testing.T) {
 	s := memstore.New()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	l, rec, err := s.Claim(ctx, claim("k", "a"))
+	l, rec, err := seamtest.Split(s.Claim(ctx, claim("k", "a")))
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.Nil(t, l, "lock of a cancelled claim")
 	assert.Nil(t, rec, "record of a cancelled claim")
@@ -384,7 +385,7 @@ func TestReplayAllocations(t *testing.T) {
 	next := 0
 	replay := func(c storage.Claim) {
 		// A plain check: an assertion's own work would be counted.
-		if _, rec, err := store.Claim(ctx, c); rec == nil || err != nil {
+		if claimed, err := store.Claim(ctx, c); claimed.Record == nil || err != nil {
 			t.Fatalf("no replay: %v", err)
 		}
 	}
@@ -459,7 +460,7 @@ func TestManyKeysManyGoroutines(t *testing.T) {
 		wg.Go(func() {
 			for i := range keys {
 				k := (i + w*keys/workers) % keys
-				l, _, err := s.Claim(ctx, claim(fmt.Sprint("k", k), "a"))
+				l, _, err := seamtest.Split(s.Claim(ctx, claim(fmt.Sprint("k", k), "a")))
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -500,7 +501,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		c.Key = keys[i]
-		l, _, err := s.Claim(ctx, c)
+		l, _, err := seamtest.Split(s.Claim(ctx, c))
 		if err != nil || l == nil {
 			b.Fatal("no lock")
 		}
@@ -525,7 +526,7 @@ func benchReplay(b *testing.B, n int, decoded bool) {
 	claims := make([]storage.Claim, n)
 	for i := range claims {
 		claims[i] = claim(fmt.Sprint("key-", i), "a")
-		l, _, err := s.Claim(ctx, claims[i])
+		l, _, err := seamtest.Split(s.Claim(ctx, claims[i]))
 		if err != nil || l == nil {
 			b.Fatal("no lock")
 		}
@@ -543,7 +544,7 @@ func benchReplay(b *testing.B, n int, decoded bool) {
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
-			if _, rec, _ := s.Claim(ctx, claims[i%n]); rec == nil {
+			if claimed, _ := s.Claim(ctx, claims[i%n]); claimed.Record == nil {
 				b.Error("no replay")
 				return
 			}

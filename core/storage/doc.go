@@ -1,9 +1,10 @@
 // Package storage is the seam between idem's engine and the stores that keep its keys.
-// Application code never imports it: it picks a store (pgxstore, gormstore, redisstore,
-// memstore) and hands it to core.Config.Store. Store authors implement Store and Lock,
-// decide what a claim does with an existing record with Decide, return the errors
-// declared here, and run the conformance suite in core/storetest; Lookuper and KeyCounter
-// are optional, for operators' tools (the idem command's show and stats).
+// Application code picks a store (pgxstore, gormstore, redisstore, memstore), hands it to
+// core.Config.Store, and tests the errors declared here (ErrInProgress, ErrLeaseLost…)
+// with errors.Is. Store authors implement Store and Lock, decide what a claim does with
+// an existing record with Decide, return the errors declared here, and run the
+// conformance suite in core/storetest; KeyCounter is optional, for operators' tools (the
+// idem command's stats).
 //
 // The engine never sees SQL, and a store sees of HTTP only what it keeps: a Claim carries
 // the scope, key, request fingerprint and mode (with the method and path, for

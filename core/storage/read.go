@@ -6,24 +6,8 @@ import (
 	"time"
 )
 
-// ErrNotFound is returned, wrapped, by Lookuper.Lookup for a key no record holds. Only
-// operators' tools meet it: the engine never looks a key up, so core does not re-export it.
+// ErrNotFound is returned, wrapped, by Store.Lookup for a key no record holds.
 var ErrNotFound = errors.New("idem: no record of this key")
-
-// Lookuper is implemented by a store that can read one key without claiming it, for
-// operators' tools (the idem command's show) and tests. Every store of this module
-// implements it.
-type Lookuper interface {
-	// Lookup returns the record of key in scope as the store holds it, expired or not
-	// (a record past retention that the sweeper or the store's own expiry has not
-	// removed yet is returned), and the store's clock at the read: the now that Decide
-	// measures the record's lease and age against (the database's or the Redis
-	// server's clock where the store's leases run on it). A completed record carries its
-	// Response. No record: an error wrapping ErrNotFound. It changes nothing, takes no
-	// lock and does not wait for a transaction in flight (an atomic request's key is
-	// not visible before it commits).
-	Lookup(ctx context.Context, scope, key string) (rec *Record, now time.Time, err error)
-}
 
 // KeyCounter is implemented by a store that can count its keys, for operators' tools
 // (the idem command's stats). Every store of this module implements it.

@@ -93,21 +93,7 @@ type Claim struct {
 	// is live), even before the sweeper deletes it. The engine sets it to the store's
 	// own Retention(), so claims and the sweeper always agree.
 	Retention time.Duration
-	// Timeout, when positive, bounds the whole Claim call, lock wait included, and each
-	// of the lock's Complete, Release and Renew calls, so an unresponsive database costs
-	// a bounded wait and an error (wrapping context.DeadlineExceeded, or the driver's
-	// network timeout), not a hung request. A store doing I/O enforces it (a context
-	// deadline) on its own statements, its commit and rollback included, never on the
-	// transaction it hands the handler. The engine always sets it and calls Complete and
-	// Release with a context that is never cancelled: the bound is the store's. When it
-	// is zero, Claim is bounded by its ctx only, and Complete, Release and Renew by
-	// DefaultTimeout.
-	Timeout time.Duration
 }
-
-// DefaultTimeout bounds a lock's Complete, Release and Renew when the claim set no
-// Timeout (the engine always sets one: core.Config.StoreTimeout).
-const DefaultTimeout = 10 * time.Second
 
 // Response is a recorded HTTP response: what a replay sends byte for byte.
 type Response struct {
@@ -139,33 +125,66 @@ type Record struct {
 	CompletedAt time.Time
 }
 
+// Claimed is what Store.Claim reports: the verdict, with the Lock when the key is the
+// caller's (VerdictAbsent, VerdictTakeOver) or the Record that holds it (VerdictReplay,
+// VerdictMismatch, VerdictInProgress). Exactly one of Lock and Record is set.
+type Claimed struct {
+	Verdict Verdict
+	Lock    Lock
+	Record  *Record
+}
+
 // Store keeps idempotency keys. Implementations must be safe for concurrent use and must
 // make the claim exclusive in the database itself: two processes claiming one key at once
 // must see exactly one winner. Every store runs the conformance suite in core/storetest.
+//
+// The engine owns time: it gives every call of a Store or a Lock its deadline in ctx
+// (Claim: core.Config.LockWait and StoreTimeout; Lookup, Complete, Release and Renew:
+// StoreTimeout), and calls Complete and Release with a context that is not cancelled when
+// the client hangs up, only bounded. A store runs its statements, commit and rollback
+// included, under the ctx it is given, and never bounds the transaction it hands the
+// handler by it; it keeps no deadline arithmetic of its own (a driver-level deadline
+// only where the driver ignores contexts, saying so).
 type Store interface {
 	// Claim either hands the caller the key, as a Lock, or reports the Record that holds
-	// it. When err is nil exactly one of lock and rec is non-nil. What it does with a
-	// record is Decide's verdict on it, at the store's clock (the rules below).
+	// it, with the verdict that says which (Claimed): Decide's, at the store's clock, the
+	// one place it is computed (the engine acts on it and never decides again).
 	//
-	//   - No record, or a record past c.Retention whose lease is not live: the key is
-	//     claimed and a Lock returned. In ModeAtomic the lock holds an open transaction
-	//     that holds the key (its first write, or a lock that makes twins wait, with the
-	//     row written by Complete); nothing is visible to others until Complete.
-	//     In ModePhased the claim commits at once with state started, recovery point
-	//     RecoveryStarted, a lease of c.Lease and a fresh fencing token.
-	//   - A completed record: returned as rec (the engine replays it or answers 422).
-	//   - A started record with a live lease (phased): returned as rec; the engine
-	//     answers 422 or 409. A store never waits for a live lease.
+	//   - No record, or a record past c.Retention whose lease is not live
+	//     (VerdictAbsent): the key is claimed and a Lock returned. In ModeAtomic the lock
+	//     holds an open transaction that holds the key (its first write, or a lock that
+	//     makes twins wait, with the row written by Complete); nothing is visible to
+	//     others until Complete. In ModePhased the claim commits at once with state
+	//     started, recovery point RecoveryStarted, a lease of c.Lease and a fresh fencing
+	//     token.
+	//   - A completed record (VerdictReplay, or VerdictMismatch for another fingerprint):
+	//     returned as the Record.
+	//   - A started record with a live lease (phased; VerdictInProgress, or
+	//     VerdictMismatch): returned as the Record. A store never waits for a live lease.
 	//   - A started record whose lease has expired and whose fingerprint equals
-	//     c.Fingerprint: taken over atomically (only one of several racing claimers wins)
-	//     with a fresh token; the Lock reports Resumed and the recorded recovery point.
-	//     With a different fingerprint the record is returned instead.
+	//     c.Fingerprint (VerdictTakeOver): taken over atomically (only one of several
+	//     racing claimers wins) with a fresh token; the Lock reports Resumed and the
+	//     recorded recovery point. With a different fingerprint the record is returned
+	//     instead (VerdictMismatch).
 	//   - A twin transaction in flight (atomic): Claim waits for it up to c.LockWait and
 	//     then returns an error wrapping ErrInProgress; if the twin rolled back, Claim
 	//     claims the key; if it committed, Claim returns its record.
 	//   - A serialization failure or deadlock: an error wrapping ErrTransient.
 	//   - c.Mode not supported: an error wrapping ErrUnsupportedMode.
-	Claim(ctx context.Context, c Claim) (lock Lock, rec *Record, err error)
+	//
+	// The engine bounds the call with ctx's deadline (c.LockWait and its store timeout).
+	Claim(ctx context.Context, c Claim) (Claimed, error)
+
+	// Lookup returns the record of key in scope as the store holds it, expired or not
+	// (a record past retention that the sweeper or the store's own expiry has not
+	// removed yet is returned), and the store's clock at the read: the now that Decide
+	// measures the record's lease and age against (the database's or the Redis
+	// server's clock where the store's leases run on it). A completed record carries its
+	// Response. No record: an error wrapping ErrNotFound. It changes nothing, takes no
+	// lock and does not wait for a transaction in flight (an atomic request's key is
+	// not visible before it commits). The engine reads a twin's outcome with it; the
+	// idem command's show reads a key with it.
+	Lookup(ctx context.Context, scope, key string) (rec *Record, now time.Time, err error)
 
 	// DeleteExpired deletes at most limit records created before before, oldest first,
 	// and reports how many it deleted. It never deletes a record whose lease is live.
@@ -227,8 +246,8 @@ type Lock interface {
 	// row could not be written because a twin recorded the key first, that error wraps
 	// ErrRecordedFirst (and ErrTransient), and the engine answers with the twin's record.
 	// In ModePhased it commits the final transaction with the response, fenced by the
-	// token (ErrLeaseLost when taken over). It is bounded by Claim.Timeout, its commit
-	// included. Complete must not keep r.Header or r.Body after it returns.
+	// token (ErrLeaseLost when taken over). Complete must not keep r.Header or r.Body
+	// after it returns.
 	Complete(ctx context.Context, r *Response) error
 
 	// Release gives the key up after a failure. In ModeAtomic it rolls back: no key, no
@@ -236,8 +255,7 @@ type Lock interface {
 	// deletes the key if no phase has committed, or else ends the lease at once while
 	// keeping the recovery point, so the next retry takes over and resumes. Fenced by the
 	// token: after a takeover it changes nothing and returns an error wrapping
-	// ErrLeaseLost. It runs even when ctx is already cancelled (it is cleanup), bounded by
-	// Claim.Timeout. Release is safe to call after Complete: after a successful one it
+	// ErrLeaseLost. Release is safe to call after Complete: after a successful one it
 	// changes nothing; after a failed one it releases only a lease this lock still holds
 	// (the completion provably did not land), and reports ErrLeaseLost for a lock that
 	// was taken over.
@@ -250,8 +268,8 @@ type Lock interface {
 	// engine calls Complete or Release (it stops renewing first, but does not wait for a
 	// renewal stuck behind a lock the request itself holds): one that lands after either
 	// changes nothing, since a completed or released key has no lease to extend. It
-	// touches no transaction of the handler's, reads only what the lock was claimed with,
-	// and is bounded by Claim.Timeout. In ModeAtomic there is no lease: it does nothing and
+	// touches no transaction of the handler's and reads only what the lock was claimed
+	// with. In ModeAtomic there is no lease: it does nothing and
 	// returns nil.
 	Renew(ctx context.Context) error
 }

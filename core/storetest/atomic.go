@@ -50,7 +50,7 @@ func (s *suite) twin(c storage.Claim) *twin {
 	tw := &twin{done: make(chan struct{})}
 	go func() {
 		defer close(tw.done)
-		tw.o.lock, tw.o.rec, tw.o.err = s.store.Claim(s.ctx, c)
+		tw.o = s.claimOnce(c)
 	}()
 	s.t.Cleanup(func() {
 		<-tw.done

@@ -245,11 +245,10 @@ func testConcurrentClaims(s *suite) {
 	for i := range results {
 		wg.Go(func() {
 			<-start
-			lock, rec, err := s.store.Claim(s.ctx, c)
-			results[i] = outcome{lock, rec, err}
+			results[i] = s.claimOnce(c)
 			// An atomic twin waits for the winner's transaction: the winner must finish
 			// while the others wait. A phased winner holds on until all have answered.
-			if lock != nil && s.mode == storage.ModeAtomic {
+			if lock := results[i].lock; lock != nil && s.mode == storage.ModeAtomic {
 				completeErrs[i] = lock.Complete(s.ctx, cloneResponse(resp))
 			}
 		})
@@ -305,8 +304,7 @@ func testConcurrentClaims(s *suite) {
 	replayed := make([]outcome, 20)
 	for i := range replayed {
 		replays.Go(func() {
-			lock, rec, err := s.store.Claim(s.ctx, c)
-			replayed[i] = outcome{lock, rec, err}
+			replayed[i] = s.claimOnce(c)
 		})
 	}
 	replays.Wait()

@@ -10,9 +10,9 @@
 //
 // ModePhased is always exercised; ModeAtomic too when the store's SupportsAtomic reports
 // true (otherwise the suite checks that an atomic claim fails with
-// storage.ErrUnsupportedMode). A store that implements storage.Lookuper or
-// storage.KeyCounter gets their tests too, among them that storage.Decide on what Lookup
-// reads says what the next claim does.
+// storage.ErrUnsupportedMode). Lookup is tested on every store, among others that
+// storage.Decide on what it reads says what the next claim does, and so is
+// storage.KeyCounter on a store that implements it.
 //
 // Call Run from the store's external test package, with a function that gives each
 // subtest a fresh, empty store of its own (its own table, schema or database), so the
@@ -29,7 +29,7 @@
 // checks that the handler cannot commit or roll it back, that a failed phase keeps none
 // of its writes in either mode, and that a phase started once the final transaction is
 // open is refused. A store whose database can stop answering gives Harness.Stalling, and
-// the suite checks that Complete and Release are bounded by storage.Claim.Timeout.
+// the suite checks that Complete and Release are bounded by the deadline of the context they are given.
 //
 // The suite waits for real time to pass only where that is the case under test (a lease
 // or a retention running out, decided by the store's or the database's clock), with

@@ -24,6 +24,7 @@ import (
 var engineTests = []test{
 	{"UnreachedRecoveryPoint", testUnreachedRecoveryPoint},
 	{"LongPhaseKeepsLease", testLongPhaseKeepsLease},
+	{"NoPhaseAfterLeaseLost", testNoPhaseAfterLeaseLost},
 }
 
 // engine returns net/http middleware of an engine in phased mode on the suite's store,
@@ -225,3 +226,100 @@ func (h *logRecords) take() []logRecord {
 	h.records = nil
 	return r
 }
+
+// testNoPhaseAfterLeaseLost: a worker whose lease renewal has found its key taken over
+// does not run its next phase's function, whatever the store: that function calls the
+// outside world (a payment provider), and the worker that took the key over calls it
+// too. The phase returns an error wrapping ErrLeaseLost at once, and the operation
+// answers in progress. (A store whose phase commit is fenced would refuse the commit
+// anyway, but only after the function ran.)
+func testNoPhaseAfterLeaseLost(s *suite) {
+	gated := &gatedStore{Store: s.store, entered: make(chan struct{}), gate: make(chan struct{})}
+	logs := &signalLogs{match: "taken over by another worker", seen: make(chan struct{})}
+	eng, err := core.New(core.Config{Store: gated, Mode: core.ModePhased, Lease: shortLease, Logger: slog.New(logs)})
+	require.NoError(s.t, err, "core.New")
+	id := s.httpKey("k")
+
+	started, proceed := make(chan struct{}), make(chan struct{})
+	var ran atomic.Bool
+	phaseErr, doErr := make(chan error, 1), make(chan error, 1)
+	go func() {
+		_, _, err := eng.Do(s.ctx, scope, id, nil, func(ctx context.Context) ([]byte, error) {
+			close(started)
+			<-proceed
+			err := core.MustOperation(ctx).Phase(ctx, "charge", func(context.Context) error {
+				ran.Store(true)
+				return nil
+			})
+			phaseErr <- err
+			return nil, err
+		})
+		doErr <- err
+	}()
+	<-started
+	<-gated.entered // the worker's first renewal waits: its lease runs out
+
+	letTimePass(pastLease)
+	result, replayed, err := eng.Do(s.ctx, scope, id, nil, func(context.Context) ([]byte, error) { return []byte("second"), nil })
+	require.NoError(s.t, err, "a second worker takes the expired lease over and completes")
+	require.False(s.t, replayed)
+	require.Equal(s.t, "second", string(result))
+
+	close(gated.gate) // the first worker's renewal goes on and finds the key taken over
+	select {
+	case <-logs.seen:
+	case <-time.After(stallFailSafe):
+		require.FailNow(s.t, "the first worker's renewal did not report the key taken over")
+	}
+	close(proceed)
+	require.ErrorIs(s.t, <-phaseErr, storage.ErrLeaseLost, "the phase of a worker that knows it lost its key")
+	require.False(s.t, ran.Load(), "the phase's function ran although the worker knew another one had its key")
+	require.ErrorIs(s.t, <-doErr, storage.ErrInProgress, "the first worker's Do")
+}
+
+// gatedStore holds the first Renew of the first lock it hands out until gate is closed,
+// closing entered when that Renew is called.
+type gatedStore struct {
+	storage.Store
+	once          sync.Once
+	entered, gate chan struct{}
+}
+
+func (g *gatedStore) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, error) {
+	claimed, err := g.Store.Claim(ctx, c)
+	if claimed.Lock != nil {
+		g.once.Do(func() { claimed.Lock = &gatedLock{Lock: claimed.Lock, g: g} })
+	}
+	return claimed, err
+}
+
+type gatedLock struct {
+	storage.Lock
+	g    *gatedStore
+	once sync.Once
+}
+
+func (l *gatedLock) Renew(ctx context.Context) error {
+	l.once.Do(func() {
+		close(l.g.entered)
+		<-l.g.gate
+	})
+	return l.Lock.Renew(ctx)
+}
+
+// signalLogs closes seen at the first log record whose message holds match.
+type signalLogs struct {
+	match string
+	once  sync.Once
+	seen  chan struct{}
+}
+
+func (h *signalLogs) Enabled(context.Context, slog.Level) bool { return true }
+func (h *signalLogs) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.match) {
+		h.once.Do(func() { close(h.seen) })
+	}
+	return nil
+}
+func (h *signalLogs) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *signalLogs) WithGroup(string) slog.Handler      { return h }

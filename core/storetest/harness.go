@@ -21,7 +21,7 @@ type Harness struct {
 	// answering: stall stops it (statements are sent and wait, as on a paused server),
 	// and the resume it returns makes it answer again (calling resume twice is harmless).
 	// The suite uses it to check that Complete and Release are bounded by
-	// storage.Claim.Timeout. A store that never waits for anything (memstore) leaves it
+	// the deadline in their context. A store that never waits for anything (memstore) leaves it
 	// nil.
 	Stalling func(t *testing.T) (store storage.Store, stall func() (resume func()))
 }
@@ -61,7 +61,7 @@ type TxHooks struct {
 // tests h's hooks make possible: with Subject.Tx, the rules about the handler's
 // transaction (a failed phase keeps nothing of its function, the handler cannot commit
 // or roll back the key's transaction, a phase after the final transaction opened is
-// refused); with Stalling, the bound Claim.Timeout puts on Complete and Release.
+// refused); with Stalling, the deadline Complete and Release keep.
 func RunHarness(t *testing.T, h Harness) {
 	t.Helper()
 	if h.New == nil {

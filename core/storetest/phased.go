@@ -104,8 +104,7 @@ func testTakeoverRace(s *suite) {
 	for i := range results {
 		wg.Go(func() {
 			<-start
-			lock, rec, err := s.store.Claim(s.ctx, retry)
-			results[i] = outcome{lock, rec, err}
+			results[i] = s.claimOnce(retry)
 		})
 	}
 	close(start)

@@ -8,15 +8,12 @@ import (
 	"github.com/idemkit/idem/core/storage"
 )
 
-// readTests are the tests of the optional read interfaces the store implements
-// (storage.Lookuper, storage.KeyCounter); they run once per store, with phased claims.
+// readTests are the tests of Store.Lookup and of the optional KeyCounter, if the store
+// implements it; they run once per store, with phased claims.
 func readTests(store storage.Store) []test {
-	var tests []test
-	if _, ok := store.(storage.Lookuper); ok {
-		tests = append(tests, test{"Lookup", testLookup}, test{"LookupDecidesAsClaim", testLookupDecidesAsClaim})
-		if store.SupportsAtomic() {
-			tests = append(tests, test{"LookupAtomicInFlight", testLookupAtomicInFlight})
-		}
+	tests := []test{{"Lookup", testLookup}, {"LookupDecidesAsClaim", testLookupDecidesAsClaim}}
+	if store.SupportsAtomic() {
+		tests = append(tests, test{"LookupAtomicInFlight", testLookupAtomicInFlight})
 	}
 	if _, ok := store.(storage.KeyCounter); ok {
 		tests = append(tests, test{"CountKeys", testCountKeys})
@@ -27,7 +24,7 @@ func readTests(store storage.Store) []test {
 // lookup looks the key of c up and requires a record; it also returns the store's clock.
 func (s *suite) lookup(c storage.Claim) (*storage.Record, time.Time) {
 	s.t.Helper()
-	rec, now, err := s.store.(storage.Lookuper).Lookup(s.ctx, c.Scope, c.Key)
+	rec, now, err := s.store.Lookup(s.ctx, c.Scope, c.Key)
 	require.NoError(s.t, err, "Lookup(%q, %q)", c.Scope, c.Key)
 	require.NotNil(s.t, rec, "Lookup returned no record and no error")
 	require.WithinDuration(s.t, time.Now(), now, clockSlack, "Lookup's clock must be about now")
@@ -37,7 +34,7 @@ func (s *suite) lookup(c storage.Claim) (*storage.Record, time.Time) {
 // requireNotFound requires Lookup of c's key to fail with storage.ErrNotFound.
 func (s *suite) requireNotFound(c storage.Claim, why string) {
 	s.t.Helper()
-	rec, _, err := s.store.(storage.Lookuper).Lookup(s.ctx, c.Scope, c.Key)
+	rec, _, err := s.store.Lookup(s.ctx, c.Scope, c.Key)
 	require.ErrorIs(s.t, err, storage.ErrNotFound, why)
 	require.Nil(s.t, rec, "Lookup returned a record with its error")
 }

@@ -30,6 +30,10 @@ const (
 
 	// clockSlack bounds how far the store's timestamps may stray from the test's clock.
 	clockSlack = time.Minute
+
+	// storeTimeout is the deadline the suite gives each store call beyond a claim's lock
+	// wait, as the engine gives its StoreTimeout.
+	storeTimeout = 10 * time.Second
 )
 
 // Run runs every conformance test as parallel subtests. newStore returns a fresh, empty
@@ -179,21 +183,33 @@ func fingerprint(body string) []byte {
 
 // outcome is what one Claim returned, for goroutines that may not fail the test themselves.
 type outcome struct {
-	lock storage.Lock
-	rec  *storage.Record
-	err  error
+	c       storage.Claim // what was claimed
+	verdict storage.Verdict
+	lock    storage.Lock
+	rec     *storage.Record
+	err     error
 }
 
-// do claims and checks the result's shape: on success exactly one of lock and record, on
-// error neither.
+// claimOnce claims c once, as the engine does: with a deadline in ctx.
+func (s *suite) claimOnce(c storage.Claim) outcome {
+	ctx, cancel := context.WithTimeout(s.ctx, c.LockWait+storeTimeout)
+	defer cancel()
+	claimed, err := s.store.Claim(ctx, c)
+	return outcome{c, claimed.Verdict, claimed.Lock, claimed.Record, err}
+}
+
+// do claims and checks the result's shape.
 func (s *suite) do(c storage.Claim) outcome {
 	s.t.Helper()
-	lock, rec, err := s.store.Claim(s.ctx, c)
-	o := outcome{lock, rec, err}
+	o := s.claimOnce(c)
 	s.checkShape(o)
 	return o
 }
 
+// checkShape holds a claim's result to its shape: on success exactly one of lock and
+// record, with the verdict that says which (VerdictAbsent or VerdictTakeOver, as the lock
+// reports Resumed, with a lock; the verdict Decide gives the record, time left out, with
+// a record); on error neither.
 func (s *suite) checkShape(o outcome) {
 	s.t.Helper()
 	if o.err != nil {
@@ -203,9 +219,16 @@ func (s *suite) checkShape(o outcome) {
 	}
 	if o.lock != nil {
 		require.Nil(s.t, o.rec, "Claim returned both a Lock and a Record; when err is nil it must return exactly one")
+		want := storage.VerdictAbsent
+		if o.lock.Resumed() {
+			want = storage.VerdictTakeOver
+		}
+		require.Equal(s.t, want, o.verdict, "the verdict of a claim that returned a Lock (Resumed %v)", o.lock.Resumed())
 		return
 	}
 	require.NotNil(s.t, o.rec, "Claim returned neither a Lock, a Record nor an error")
+	require.Equal(s.t, storage.Decide(o.rec, o.c, time.Time{}), o.verdict,
+		"the verdict of a claim that returned a Record (state %v) must be Decide's on it", o.rec.State)
 }
 
 // mustLock claims c and requires a Lock. The lock is released when the subtest ends

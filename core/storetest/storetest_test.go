@@ -42,7 +42,7 @@ func newRefStore() *refStore {
 
 func (s *refStore) SupportsAtomic() bool { return true }
 
-func (s *refStore) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
+func (s *refStore) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, error) {
 	if c.Mode != storage.ModeAtomic {
 		return s.Store.Claim(ctx, c)
 	}
@@ -65,18 +65,19 @@ func (s *refStore) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *s
 		select {
 		case <-busy:
 		case <-timer.C:
-			return nil, nil, fmt.Errorf("ref: lock wait: %w", storage.ErrInProgress)
+			return storage.Claimed{}, fmt.Errorf("ref: lock wait: %w", storage.ErrInProgress)
 		case <-ctx.Done():
-			return nil, nil, ctx.Err()
+			return storage.Claimed{}, ctx.Err()
 		}
 	}
 	c.Mode = storage.ModePhased
-	lock, rec, err := s.Store.Claim(ctx, c)
+	claimed, err := s.Store.Claim(ctx, c)
+	lock, rec := claimed.Lock, claimed.Record
 	if lock == nil {
 		s.free(k)
-		return nil, rec, err
+		return storage.Claimed{Verdict: claimed.Verdict, Record: rec}, err
 	}
-	return &refLock{Lock: lock, s: s, k: k}, nil, nil
+	return storage.Claimed{Verdict: claimed.Verdict, Lock: &refLock{Lock: lock, s: s, k: k}}, nil
 }
 
 func (s *refStore) free(k [2]string) {
@@ -218,34 +219,35 @@ type brokenStore struct {
 	kept map[[2]string]*storage.Response
 }
 
-func (s *brokenStore) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
+func (s *brokenStore) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, error) {
 	switch s.flaw {
 	case "no-retention":
 		c.Retention = 0
 	case "folds-keys": // a case-insensitive, space-padded column (MariaDB's utf8mb4 VARCHAR)
 		c.Scope, c.Key = strings.ToLower(strings.TrimRight(c.Scope, " ")), strings.ToLower(strings.TrimRight(c.Key, " "))
 	}
-	lock, rec, err := s.Store.Claim(ctx, c)
+	claimed, err := s.Store.Claim(ctx, c)
+	lock, rec := claimed.Lock, claimed.Record
 	k := [2]string{c.Scope, c.Key}
 	switch {
 	case s.flaw == "second-winner" && rec != nil && rec.State == storage.StateStarted:
-		return fakeLock{}, nil, nil
+		return storage.Claimed{Verdict: storage.VerdictAbsent, Lock: fakeLock{}}, nil
 	case s.flaw == "keeps-response" && rec != nil && rec.Response != nil:
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if r := s.kept[k]; r != nil {
 			cp := *rec
 			cp.Response = r
-			return nil, &cp, nil
+			return storage.Claimed{Verdict: claimed.Verdict, Record: &cp}, nil
 		}
 	case lock != nil && s.flaw == "keeps-response":
-		return &keepingLock{Lock: lock, s: s, k: k}, nil, nil
+		return storage.Claimed{Verdict: claimed.Verdict, Lock: &keepingLock{Lock: lock, s: s, k: k}}, nil
 	case lock != nil && s.flaw == "no-fencing":
-		return unfencedLock{lock}, nil, nil
+		return storage.Claimed{Verdict: claimed.Verdict, Lock: unfencedLock{lock}}, nil
 	case lock != nil && s.flaw == "no-renewal":
-		return unrenewedLock{lock}, nil, nil
+		return storage.Claimed{Verdict: claimed.Verdict, Lock: unrenewedLock{lock}}, nil
 	}
-	return lock, rec, err
+	return storage.Claimed{Verdict: claimed.Verdict, Lock: lock, Record: rec}, err
 }
 
 // Lookup, with the flaw "lookup-no-lease", reports every lease as ended.

@@ -96,12 +96,12 @@ func TestAnswerClassifiesHTTP(t *testing.T) {
 // that reads a standby which never got the write behaves the same to its clients).
 type forgetful struct{ storage.Store }
 
-func (f forgetful) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
-	l, rec, err := f.Store.Claim(ctx, c)
-	if l != nil {
-		l = forgetfulLock{l}
+func (f forgetful) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, error) {
+	cl, err := f.Store.Claim(ctx, c)
+	if cl.Lock != nil {
+		cl.Lock = forgetfulLock{cl.Lock}
 	}
-	return l, rec, err
+	return cl, err
 }
 
 type forgetfulLock struct{ storage.Lock }

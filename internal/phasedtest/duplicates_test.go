@@ -136,8 +136,9 @@ func watchLeases(s storage.Store, n int) *leaseWatch {
 	return &leaseWatch{Store: s, seen: map[context.Context]bool{}, found: make(chan struct{}, n)}
 }
 
-func (w *leaseWatch) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
-	lock, rec, err := w.Store.Claim(ctx, c)
+func (w *leaseWatch) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, error) {
+	claimed, err := w.Store.Claim(ctx, c)
+	lock, rec := claimed.Lock, claimed.Record
 	if (err == nil && rec != nil && rec.State == storage.StateStarted) || errors.Is(err, storage.ErrInProgress) {
 		w.mu.Lock()
 		first := !w.seen[ctx]
@@ -150,5 +151,5 @@ func (w *leaseWatch) Claim(ctx context.Context, c storage.Claim) (storage.Lock, 
 			}
 		}
 	}
-	return lock, rec, err
+	return storage.Claimed{Verdict: claimed.Verdict, Lock: lock, Record: rec}, err
 }

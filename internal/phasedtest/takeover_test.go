@@ -135,12 +135,13 @@ func TestTakeoverRace(t *testing.T) {
 // renewals included, goes through. It stands for a worker cut off from the store.
 type partitioned struct{ storage.Store }
 
-func (p partitioned) Claim(ctx context.Context, c storage.Claim) (storage.Lock, *storage.Record, error) {
-	lock, rec, err := p.Store.Claim(ctx, c)
+func (p partitioned) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, error) {
+	claimed, err := p.Store.Claim(ctx, c)
+	lock, rec := claimed.Lock, claimed.Record
 	if lock != nil && !lock.Resumed() {
 		lock = cutOff{lock}
 	}
-	return lock, rec, err
+	return storage.Claimed{Verdict: claimed.Verdict, Lock: lock, Record: rec}, err
 }
 
 type cutOff struct{ storage.Lock }

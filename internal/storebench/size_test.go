@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem/core/storage"
 	"github.com/idemkit/idem/internal/redistopo"
+	"github.com/idemkit/idem/internal/seamtest"
 	"github.com/idemkit/idem/internal/testdb"
 	"github.com/idemkit/idem/pgxstore"
 	"github.com/idemkit/idem/redisstore"
@@ -39,8 +40,7 @@ func TestMain(m *testing.M) {
 func claim(i int, mode storage.Mode) storage.Claim {
 	fp := sha256.Sum256([]byte(strconv.Itoa(i)))
 	return storage.Claim{Scope: "acct-0001", Key: fmt.Sprintf("9f1c7a52-0e1d-4c9b-8a7e-%012d", i), Fingerprint: fp[:],
-		Method: http.MethodPost, Path: "/v1/payments", Mode: mode, Lease: time.Minute, Retention: storage.DefaultRetention,
-		Timeout: 5 * time.Second}
+		Method: http.MethodPost, Path: "/v1/payments", Mode: mode, Lease: time.Minute, Retention: storage.DefaultRetention}
 }
 
 // response is every operation's recorded answer.
@@ -53,7 +53,7 @@ func complete(b *testing.B, s storage.Store, mode storage.Mode, n int) {
 	b.Helper()
 	ctx := context.Background()
 	for i := range n {
-		l, rec, err := s.Claim(ctx, claim(i, mode))
+		l, rec, err := seamtest.Split(s.Claim(ctx, claim(i, mode)))
 		if err != nil || rec != nil {
 			b.Fatalf("claim %d: %v %v", i, rec, err)
 		}
