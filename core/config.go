@@ -54,7 +54,10 @@ type Config struct {
 	// Lease/3 (fenced by the lease token), and each phase commit renews it too, so a
 	// slow handler keeps its key: the lease runs out only when its worker stops (a crash,
 	// a database it cannot reach). A handler that never returns keeps its key; bound
-	// outbound calls with a deadline. Default: 60s.
+	// outbound calls with a deadline. Until it runs out, a duplicate is answered 409 in
+	// progress (Retry-After: 1): a client that must wait out a crashed attempt retries
+	// for longer than Lease (idemclient's defaults, 5 attempts and 30s, give up after
+	// about 4s; its package doc gives the settings that fit). Default: 60s.
 	Lease time.Duration
 
 	// LeaseWait is how long a duplicate waits for a live phased lease to finish (and

@@ -5,6 +5,7 @@ import (
 	"hash"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 )
 
@@ -26,8 +27,9 @@ var hasherPool = sync.Pool{New: func() any { return &hasher{buf: make([]byte, 0,
 // query (parameters sorted, so their order does not matter) and the body, each part
 // length-prefixed so that none can bleed into the next. The path is the decoded one, plus
 // the path as sent when its escaping differs from the default (so /files/a%2Fb and
-// /files/a/b differ, as they do to a router matching escaped segments). A body that is
-// one valid JSON value is canonicalised per RFC 8785 first, whatever its Content-Type
+// /files/a/b differ, as they do to a router matching escaped segments), in RFC 3986's
+// normal form (so /v1/%6Frders is /v1/orders, and %c3%a9 is %C3%A9). A body that is
+// one valid JSON value (of at most 256 MiB) is canonicalised per RFC 8785 first, whatever its Content-Type
 // (clients such as curl -d send JSON as a form), so key order and white space do not
 // matter while values do; any other body is hashed as bytes. As RFC 8785 prescribes,
 // numbers compare as IEEE 754 doubles: integers beyond 2^53 that round to the same double
@@ -65,8 +67,10 @@ func fingerprint(r *http.Request, body []byte, headers []string) ([]byte, error)
 		// field is tagged and absent otherwise, so the fingerprint of every other request
 		// is unchanged (stored keys keep matching). A length prefix never starts with the
 		// tag: its first byte is 0 for any field shorter than 16 MiB.
-		b = append(b, rawPathTag)
-		b = appendField(b, raw)
+		if raw = normalisePath(raw); raw != (&url.URL{Path: r.URL.Path}).EscapedPath() {
+			b = append(b, rawPathTag)
+			b = appendField(b, raw)
+		}
 	}
 	for _, name := range headers {
 		b = appendField(b, name)
@@ -78,18 +82,24 @@ func fingerprint(r *http.Request, body []byte, headers []string) ([]byte, error)
 	}
 	b = append(b, headEnd) // the body follows
 	fp := make([]byte, 0, sha256.Size)
-	if cb, ok := st.canonicalBody(b, body); ok {
-		// The common case: head and canonical body in one buffer, hashed in one call
-		// with the digest on the stack.
-		b = cb
-		sum := sha256.Sum256(b)
-		fp = append(fp, sum[:]...)
-	} else {
-		// Not JSON (or empty): the same byte stream, with the raw body streamed in
-		// rather than copied.
+	switch {
+	case len(body) == 0 || st.canon.parse(body) != nil:
+		// Not JSON (or empty): the raw body is streamed in rather than copied.
 		st.h.Reset()
 		st.h.Write(b)
 		st.h.Write(body)
+		fp = st.h.Sum(fp)
+	case len(b)+len(st.canon.text) <= emitChunk:
+		// The common case: head and canonical body in one buffer, hashed in one call
+		// with the digest on the stack.
+		b = st.canon.emit(b, nil)
+		sum := sha256.Sum256(b)
+		fp = append(fp, sum[:]...)
+	default:
+		// A large document is hashed as emit writes it, never copied whole.
+		st.h.Reset()
+		b = st.canon.emit(b, st.h)
+		st.h.Write(b)
 		fp = st.h.Sum(fp)
 	}
 	if cap(b) <= maxPooledScratch && st.canon.poolable() {
@@ -99,13 +109,41 @@ func fingerprint(r *http.Request, body []byte, headers []string) ([]byte, error)
 	return fp, nil
 }
 
-// canonicalBody appends the canonical form of body to b when body is one JSON value.
-func (st *hasher) canonicalBody(b, body []byte) ([]byte, bool) {
-	if len(body) == 0 {
-		return b, false
+// normalisePath returns a valid escaped path in the normal form of RFC 3986 §6.2.2, so
+// that spellings a router takes for the same path (/v1/%6Frders and /v1/orders) are the
+// same request: an escaped unreserved character decoded (§6.2.2.2), every other escape,
+// reserved ones included, kept with its hex digits in upper case (§6.2.2.1).
+func normalisePath(raw string) string {
+	if !strings.Contains(raw, "%") {
+		return raw
 	}
-	cb, err := st.canon.canonicalise(b, body)
-	return cb, err == nil
+	const upperHex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(raw))
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '%' || i+2 >= len(raw) {
+			b = append(b, raw[i])
+			continue
+		}
+		c := unhex(raw[i+1])<<4 | unhex(raw[i+2])
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' {
+			b = append(b, c)
+		} else {
+			b = append(b, '%', upperHex[c>>4], upperHex[c&0xF])
+		}
+		i += 2
+	}
+	return string(b)
+}
+
+// unhex returns the value of the hex digit c.
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
 }
 
 // Markers in the head of the hashed bytes, where a length prefix could otherwise start.

@@ -77,6 +77,63 @@ func TestFingerprint(t *testing.T) {
 	}
 }
 
+// TestFingerprintNormalisesThePath: spellings of a path that RFC 3986 §6.2.2 makes
+// equivalent, and a router serves as one route, are one request; an escaped reserved
+// character is not its unescaped self.
+func TestFingerprintNormalisesThePath(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ a, b string }{
+		{"/v1/orders", "/v1/%6Frders"},
+		{"/v1/orders", "/v1/%6frders"},
+		{"/v1/orders", "/%76%31/%6F%72%64%65%72%73"},
+		{"/v1/a-b.c_d~e", "/v1/a%2Db%2Ec%5Fd%7Ee"},
+		{"/v1/caf%C3%A9", "/v1/caf%c3%a9"},
+		{"/v1/café", "/v1/caf%c3%a9"},
+		{"/files/a%2Fb", "/files/a%2fb"},
+		{"/files/a%2Fb", "/files/%61%2Fb"},
+		{"/v1/a%3Bb", "/v1/%61%3bb"},
+	} {
+		assert.Equal(t, fp(t, "POST", tc.a, "", ""), fp(t, "POST", tc.b, "", ""), "%s and %s", tc.a, tc.b)
+	}
+	for _, tc := range []struct{ a, b string }{
+		{"/v1/orders%2F1", "/v1/orders/1"},
+		{"/v1/a%3Bb", "/v1/a;b"},
+		{"/v1/a%25", "/v1/a%2525"},
+		{"/v1/a%2561", "/v1/aa"},
+	} {
+		assert.NotEqual(t, fp(t, "POST", tc.a, "", ""), fp(t, "POST", tc.b, "", ""), "%s and %s", tc.a, tc.b)
+	}
+}
+
+// TestEquivalentPathSpellingsReplay: through the middleware, the key of a /v1/orders
+// request sent again to /v1/%6Frders (the route the router serves) replays the
+// response, not 422; /v1/orders%2F1 and /v1/orders/1 stay two requests.
+func TestEquivalentPathSpellingsReplay(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t, core.Config{}, nil)
+	send := func(target, key string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", target, strings.NewReader(orderJSON))
+		r.Header.Set("X-Account-ID", "acct-path")
+		r.Header.Set("Idempotency-Key", key)
+		w := httptest.NewRecorder()
+		hs.handler.ServeHTTP(w, r)
+		return w
+	}
+	first := send("/v1/orders", "path-1")
+	require.Equal(t, http.StatusCreated, first.Code, first.Body.String())
+	for _, target := range []string{"/v1/%6Frders", "/v1/%6frders", "/v1/ord%65rs"} {
+		again := send(target, "path-1")
+		require.Equal(t, http.StatusCreated, again.Code, "%s: %s", target, again.Body)
+		assert.Equal(t, "true", again.Header().Get("Idempotent-Replayed"), target)
+		assert.Equal(t, first.Body.String(), again.Body.String(), target)
+	}
+	assert.EqualValues(t, 1, hs.runs.Load(), "the handler ran once")
+
+	require.Equal(t, http.StatusCreated, send("/v1/orders%2F1", "path-2").Code)
+	assertProblem(t, send("/v1/orders/1", "path-2"), http.StatusUnprocessableEntity, core.ProblemKeyReused)
+	assert.EqualValues(t, 2, hs.runs.Load())
+}
+
 func TestFingerprintWithHeaders(t *testing.T) {
 	t.Parallel()
 	f := core.FingerprintWithHeaders("x-tenant")

@@ -24,6 +24,22 @@
 // answered at once. Bound the whole with the request's context (or http.Client.Timeout),
 // Transport.MaxElapsed and Transport.MaxAttempts.
 //
+// # Against a phased server's lease
+//
+// A phased idem server answers a duplicate of an attempt that holds its key 409 "in
+// progress" with Retry-After: 1, until the attempt finishes or, if its worker crashed,
+// until its lease runs out (core.Config.Lease, 60s by default) and a retry takes the key
+// over. The defaults here (5 attempts, 30s) give up after about 4 seconds of such 409s:
+// right for an interactive call, whose caller can try again later with the same key
+// (WithKey). A client that must wait out a crashed attempt itself needs MaxAttempts at
+// least the lease in seconds plus a few, and MaxElapsed (and the context's deadline)
+// beyond the lease, for example against the default lease:
+//
+//	tr := &idemclient.Transport{MaxAttempts: 70, MaxElapsed: 75 * time.Second}
+//
+// or a server whose Lease is shorter (its live handlers keep their key: the lease is
+// renewed every Lease/3).
+//
 // # What happened
 //
 // A caller that wants to know the key used, the number of attempts, or whether the final

@@ -3,11 +3,13 @@ package idemclient
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"time"
 
@@ -44,8 +46,11 @@ const drainLimit = 64 << 10
 // Every attempt sends it. Requests of other methods pass to Base untouched: no key, one
 // attempt.
 //
-// Retried: a transport error (connection refused or reset, an answer that never came,
-// but not the request's context ending nor a TLS certificate the client rejects), 408,
+// Retried: a transport error (connection refused or reset, an answer that never came or
+// came too late), but not one a retry cannot cure: the request's context ending, a URL
+// net/http cannot send (a scheme other than http and https, no host: one attempt), a
+// server certificate the client rejects (unknown authority, another host's name,
+// expired); then 408,
 // 429, 502, 503, 504, and a 409 that says "in progress": idem's in-progress problem
 // (application/problem+json whose type's last segment, after its last '/' or '#', is
 // "in-progress", whatever the server's problem base), or any 409 carrying a valid
@@ -186,7 +191,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		var wait time.Duration
 		var fromServer bool
 		if err != nil {
-			again = ctx.Err() == nil && retryableError(err)
+			again = ctx.Err() == nil && sendable(a.URL) && retryableError(err)
 		} else if again = retryableStatus(resp.StatusCode); again {
 			wait, fromServer = retryAfter(resp, t.clock())
 			if resp.StatusCode == http.StatusConflict && !fromServer {
@@ -346,12 +351,26 @@ func keyFor(ctx context.Context) (string, error) {
 	return id.String(), nil
 }
 
+// sendable reports whether u is a URL net/http can send: http or https, with a host. An
+// error for another (an unsupported scheme, no host) is about the request, not the
+// network, and sending again gets the same error.
+func sendable(u *url.URL) bool {
+	return u != nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
 // retryableError reports whether a transport error may be cured by sending again: any
-// error but a certificate the client rejected (sending again gets the same certificate).
-// The caller has checked that the request's context is still live.
+// error but a server certificate the client rejected, whatever the reason (an unknown
+// authority, another host's name, expired or not yet valid): sending again gets the same
+// certificate. The caller has checked that the request's context is still live.
 func retryableError(err error) bool {
-	var cert *tls.CertificateVerificationError
-	return !errors.As(err, &cert)
+	var (
+		verification *tls.CertificateVerificationError
+		authority    x509.UnknownAuthorityError
+		hostname     x509.HostnameError
+		invalid      x509.CertificateInvalidError
+	)
+	return !errors.As(err, &verification) && !errors.As(err, &authority) &&
+		!errors.As(err, &hostname) && !errors.As(err, &invalid)
 }
 
 // drain reads what is left of a body, up to drainLimit, and closes it.
