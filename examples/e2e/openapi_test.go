@@ -128,12 +128,15 @@ func testDocumentSaysWhatTheServerDoes(t *testing.T, doc *openapi3.T) {
 	}
 	n := 0
 	for name, s := range integers {
-		if !s.Type.Is("integer") || name == "Problem.status" {
+		if !s.Type.Is("integer") || strings.HasSuffix(name, "Problem.status") { // an HTTP status, 100-599
 			continue
 		}
 		n++
-		if s.Max == nil || *s.Max != 9007199254740991 {
-			t.Errorf("%s: maximum %v, want 9007199254740991 (2^53 - 1)", name, s.Max)
+		switch {
+		case s.Max == nil:
+			t.Errorf("%s: no maximum, want 9007199254740991 (2^53 - 1)", name)
+		case *s.Max != 9007199254740991:
+			t.Errorf("%s: maximum %v, want 9007199254740991 (2^53 - 1)", name, *s.Max)
 		}
 	}
 	if n != 5 { // quantity, amount_cents twice each (schema and request), the charge's amount_cents
