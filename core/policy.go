@@ -84,6 +84,9 @@ func (e *Engine) answers(p policy.Policy) []policy.Answer {
 		if k == ProblemKeyMissing && c.KeyOptional {
 			continue // a request without a key runs unprotected instead
 		}
+		if k == ProblemCannotResume && e.mode != ModePhased {
+			continue // only a takeover resumes, and only phased mode takes over
+		}
 		pr := e.newProblem(k, "", nil)
 		a := policy.Answer{Name: string(k), Case: e.problemCase(k, p), Status: pr.Status, Problem: string(k), Type: pr.Type, Title: pr.Title}
 		if pr.RetryAfter > 0 {

@@ -106,6 +106,10 @@ func TestPolicyFollowsTheConfig(t *testing.T) {
 		assert.Zero(t, p.Lease, "no lease in atomic mode")
 		assert.Equal(t, 3*time.Second, p.Wait, "the lock wait")
 		assert.Contains(t, answer(t, p, "in-progress").Case, "waits up to 3s")
+		for _, a := range p.Answers {
+			assert.NotEqual(t, string(core.ProblemCannotResume), a.Name, "only a phased takeover resumes")
+		}
+		assert.Equal(t, string(core.ProblemCannotResume), answer(t, policyOf(t, core.Config{}), "cannot-resume").Name, "phased")
 	})
 	t.Run("lease wait", func(t *testing.T) {
 		p := policyOf(t, core.Config{LeaseWait: 5 * time.Second, Lease: 90 * time.Second})

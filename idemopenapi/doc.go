@@ -15,7 +15,8 @@
 //     retention; a key taken from the JSON body is described in the operation's
 //     description instead, as OpenAPI has no parameter for it;
 //   - the Idempotent-Replayed header on each response the operation documents whose
-//     status is stored (a replay carries it);
+//     status is stored (a replay carries it), but 401: authentication answers it before
+//     the key is looked at, since the key's scope is the caller it names;
 //   - a response per status of idem's problems (400, 409, 410, 413, 422, 500, 503), as RFC
 //     9457 application/problem+json with the schema IdempotencyProblem, an example per
 //     problem kind, a description linking each kind's documentation (the problem's type

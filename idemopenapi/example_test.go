@@ -2,10 +2,12 @@ package idemopenapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/getkin/kin-openapi/openapi3"
 
@@ -49,4 +51,42 @@ func ExampleAdd() {
 	// 422 []
 	// 500 []
 	// 503 [Retry-After]
+}
+
+// Publish the policy in the document you already keep as a file (openapi.yaml), and
+// serve the result.
+func ExampleAdd_existingDocument() {
+	// snippet:begin load
+	spec := []byte(`
+openapi: 3.0.3
+info: {title: Shop, version: "1"}
+paths:
+  /v1/orders:
+    post:
+      responses:
+        "201": {description: Created}
+`) // or: spec, err := os.ReadFile("openapi.yaml")
+	doc, err := openapi3.NewLoader().LoadFromData(spec)
+	if err != nil {
+		log.Fatal(err)
+	}
+	eng, err := core.New(core.Config{Store: memstore.New()}) // the engine POST /v1/orders runs
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := idemopenapi.Add(doc, map[string]policy.Policy{"POST /v1/orders": eng.Policy()}); err != nil {
+		log.Fatal(err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	published, err := json.Marshal(doc) // what GET /openapi.json answers
+	if err != nil {
+		log.Fatal(err)
+	}
+	// snippet:end load
+
+	fmt.Println(strings.Contains(string(published), `"x-idempotency"`), doc.Paths.Value("/v1/orders").Post.Parameters[0].Value.Name)
+	// Output:
+	// true Idempotency-Key
 }

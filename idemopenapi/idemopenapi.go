@@ -120,7 +120,9 @@ func addTo(op *openapi3.Operation, p policy.Policy, ext any, schema *openapi3.Sc
 		op.Responses = openapi3.NewResponses()
 	}
 	for code, ref := range op.Responses.Map() {
-		if ref == nil || ref.Ref != "" || ref.Value == nil || !stored(p.Stored, code) || onlyProblems(ref.Value) {
+		// A 401 is authentication's answer, and authentication runs before the key is
+		// looked at (the key's scope is the caller it names): it is never a replay.
+		if ref == nil || ref.Ref != "" || ref.Value == nil || code == "401" || !stored(p.Stored, code) || onlyProblems(ref.Value) {
 			continue
 		}
 		setHeader(ref.Value, replayedHeader, &openapi3.Header{Parameter: openapi3.Parameter{

@@ -29,6 +29,8 @@ func api() *openapi3.T {
 	orders.Description = "Creates an order."
 	orders.Responses = openapi3.NewResponses(openapi3.WithStatus(201, created()),
 		openapi3.WithStatus(400, &openapi3.ResponseRef{Value: openapi3.NewResponse().WithDescription("The body is not an order.").
+			WithContent(openapi3.NewContentWithJSONSchema(openapi3.NewObjectSchema()))}),
+		openapi3.WithStatus(401, &openapi3.ResponseRef{Value: openapi3.NewResponse().WithDescription("Who are you?").
 			WithContent(openapi3.NewContentWithJSONSchema(openapi3.NewObjectSchema()))}))
 	doc.AddOperation("/v1/orders", "POST", orders)
 	payments := openapi3.NewOperation()
@@ -115,6 +117,8 @@ func TestAddDocumentsEachKeyedOperation(t *testing.T) {
 			assert.Nil(t, r.Value.Headers["Idempotent-Replayed"], "%d: idem's problems are never replayed", status)
 		}
 	}
+	// authentication answers 401 before the key is looked at: never a replay
+	assert.Nil(t, orders.Responses.Status(401).Value.Headers["Idempotent-Replayed"], "a 401 is not a replay")
 	own := orders.Responses.Status(400).Value
 	assert.True(t, strings.HasPrefix(*own.Description, "The body is not an order.\n\nIdempotency problems"), *own.Description)
 	assert.NotNil(t, own.Content["application/json"], "the API's own content stays")

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -209,7 +210,7 @@ func (r AuditReport) Count(v Verdict) int {
 // record (policy.Policy.Markdown) of each guarded route whose policy is known.
 func (r AuditReport) WriteText(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "idem audit: %s: %d unsafe routes audited, %d of other methods not\n", r.Target, len(r.Routes), r.Safe)
+	fmt.Fprintf(&b, "idem audit: %s: %s audited, %d of other methods not\n", r.Target, plural(len(r.Routes), "unsafe route"), r.Safe)
 	for _, a := range r.Routes {
 		fmt.Fprintf(&b, "  %-9s  %-6s %s\n", strings.ToUpper(string(a.Verdict)), a.Route.Method, a.Route.Path)
 		if a.Verdict != Guarded {
@@ -229,8 +230,8 @@ func (r AuditReport) WriteText(w io.Writer) error {
 	if r.Failed() {
 		verdict = "FAILED"
 	}
-	fmt.Fprintf(&b, "%s: %d guarded, %d unguarded, %d unreached, %d allowed; %d requests in %s\n", verdict,
-		r.Count(Guarded), r.Count(Unguarded), r.Count(Unreached), r.Count(Allowed), r.Requests, r.Duration.Round(time.Millisecond))
+	fmt.Fprintf(&b, "%s: %d guarded, %d unguarded, %d unreached, %d allowed; %s in %s\n", verdict,
+		r.Count(Guarded), r.Count(Unguarded), r.Count(Unreached), r.Count(Allowed), plural(r.Requests, "request"), r.Duration.Round(time.Millisecond))
 	for _, a := range r.Routes {
 		if a.Verdict == Guarded && a.Policy != nil {
 			b.WriteString("\n")
@@ -239,6 +240,14 @@ func (r AuditReport) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// plural is n and noun, with an s unless n is 1: "1 unsafe route", "2 unsafe routes".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }
 
 var errAuditTarget = errors.New("idemtest: invalid AuditTarget")

@@ -259,3 +259,26 @@ func TestDefaultUnsafeMethodsIsAFreshCopy(t *testing.T) {
 	idemtest.DefaultUnsafeMethods()[0] = "GET"
 	assert.Equal(t, []string{"POST", "PUT", "PATCH", "DELETE"}, idemtest.DefaultUnsafeMethods())
 }
+
+// TestAuditTextCountsInEnglish: "1 unsafe route", "2 unsafe routes", "1 request".
+func TestAuditTextCountsInEnglish(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		routes, requests int
+		want             []string
+	}{
+		{1, 1, []string{": 1 unsafe route audited,", "; 1 request in "}},
+		{2, 3, []string{": 2 unsafe routes audited,", "; 3 requests in "}},
+		{0, 0, []string{": 0 unsafe routes audited,", "; 0 requests in "}},
+	} {
+		rep := idemtest.AuditReport{Target: "app", Routes: make([]idemtest.RouteAudit, c.routes), Requests: c.requests}
+		for i := range rep.Routes {
+			rep.Routes[i].Verdict = idemtest.Allowed
+		}
+		var b strings.Builder
+		require.NoError(t, rep.WriteText(&b))
+		for _, w := range c.want {
+			assert.Contains(t, b.String(), w)
+		}
+	}
+}

@@ -9,6 +9,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/redisstore"
@@ -64,7 +67,7 @@ func pay(payments Payments, mailer Mailer) http.HandlerFunc {
 			charge, err = payments.FindCharge(ctx, chargeKey)
 		}
 		if err != nil {
-			http.Error(w, "the payment could not be made; retry with the same key", http.StatusBadGateway) // 5xx: not recorded
+			phaseFailed(w, "the payment could not be made", err) // 5xx: not recorded
 			return
 		}
 
@@ -72,7 +75,7 @@ func pay(payments Payments, mailer Mailer) http.HandlerFunc {
 			return mailer.Send(ctx, op.DerivedKey("receipt"), in.Email, "Receipt for charge "+charge.ID)
 		})
 		if err != nil { // "charged" stays recorded: the retry resumes here, charging nothing
-			http.Error(w, "the receipt could not be sent; retry with the same key", http.StatusBadGateway)
+			phaseFailed(w, "the receipt could not be sent", err)
 			return
 		}
 
@@ -83,6 +86,19 @@ func pay(payments Payments, mailer Mailer) http.HandlerFunc {
 		w.WriteHeader(http.StatusCreated) // recorded, then sent; retries get it replayed
 		_ = json.NewEncoder(w).Encode(charge)
 	}
+}
+
+// phaseFailed answers a phase that failed: 503 + Retry-After when Redis could not record
+// it (down, failing over, replicas not acknowledging), so the client retries shortly;
+// 502 when the outside call itself failed. Neither status is recorded: the key is free
+// for the retry, which resumes after the last phase that was.
+func phaseFailed(w http.ResponseWriter, what string, err error) {
+	if errors.Is(err, redisstore.ErrUnavailable) {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, what+" (Redis unavailable); retry with the same key", http.StatusServiceUnavailable)
+		return
+	}
+	http.Error(w, what+"; retry with the same key", http.StatusBadGateway)
 }
 
 // snippet:end pay
@@ -169,4 +185,19 @@ func Example_providerLookup() {
 	// attempt 2: 201 /v1/payments/ch_1 replayed="" {"charge_id":"ch_1","amount_cents":1250}
 	// attempt 3: 201 /v1/payments/ch_1 replayed="true" {"charge_id":"ch_1","amount_cents":1250}
 	// provider: 1 charge made, 1 Charge calls, 1 lookups; receipts sent: 1
+}
+
+// TestPhaseFailedIs503WhenRedisIsUnavailable: the pay example answers a phase error
+// wrapping ErrUnavailable as the README says (503 + Retry-After), and any other with 502.
+func TestPhaseFailedIs503WhenRedisIsUnavailable(t *testing.T) {
+	t.Parallel()
+	w := httptest.NewRecorder()
+	phaseFailed(w, "the payment could not be made", fmt.Errorf("phase charged: %w", redisstore.ErrUnavailable))
+	assert.Equal(t, http.StatusServiceUnavailable, w.Code)
+	assert.Equal(t, "1", w.Header().Get("Retry-After"))
+
+	w = httptest.NewRecorder()
+	phaseFailed(w, "the payment could not be made", errors.New("provider: card declined"))
+	assert.Equal(t, http.StatusBadGateway, w.Code)
+	assert.Empty(t, w.Header().Get("Retry-After"))
 }

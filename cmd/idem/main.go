@@ -8,8 +8,8 @@
 //	stats   -db URL [-table T] [-retention 24h]              keys by state, oldest, expired not swept
 //	check   -url URL [-url URL2 …] -body @f.json -header 'K: V' …   run idemtest's checks over HTTP
 //
-// -db is postgres://…, mysql://user:pass@tcp(host:port)/db (or mysql://user:pass@host:port/db,
-// or a bare go-sql-driver DSN), sqlite:PATH (or a file path), or redis://… (rediss://; a
+// -db is postgres://…, mysql://user:pass@host:3306/db (or a go-sql-driver DSN,
+// user:pass@tcp(host:3306)/db, bare or after mysql://), sqlite:PATH (or a file path), or redis://… (rediss://; a
 // Cluster names further nodes with ?addr=host:port). PostgreSQL goes through pgxstore,
 // MySQL/MariaDB and SQLite through gormstore, Redis through redisstore: every command reads
 // and writes the keys through the store (show through its Lookup, stats through its
@@ -54,7 +54,7 @@ commands:
            [-get PATH] [-fail-header 'K: V'] [-parallel 20] [-timeout 60s] [-json]
                                                      run the idempotency checks against a deployed route
 
--db: postgres://user:pass@host:5432/db, mysql://user:pass@tcp(host:3306)/db, sqlite:PATH,
+-db: postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db, sqlite:PATH,
      redis://user:pass@host:6379/0 (-prefix P: the redisstore's key prefix)
 Run "idem <command> -h" for a command's flags.
 `

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -389,4 +390,17 @@ func TestRedisURLs(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, redisDB, u.dialect)
 	assert.NotContains(t, u.shown, "s3cret")
+}
+
+// TestOneSpellingOfMySQLURLs: the MySQL URL idem help shows is the one the gormstore
+// README, the README and the example servers' page show.
+func TestOneSpellingOfMySQLURLs(t *testing.T) {
+	const spelling = "mysql://user:pass@host:3306/db"
+	require.Contains(t, usage, spelling)
+	for _, doc := range []string{"../../gormstore/README.md", "../../README.md", "../../examples/README.md"} {
+		b, err := os.ReadFile(doc)
+		require.NoError(t, err)
+		assert.Contains(t, string(b), spelling, doc)
+		assert.NotContains(t, string(b), "mysql://user:password@", doc)
+	}
 }

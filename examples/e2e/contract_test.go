@@ -36,6 +36,7 @@ func TestExamples(t *testing.T) {
 			{"KeyGrammar", testKeyGrammar},
 			{"KeyRejected", testKeyRejected},
 			{"Unauthenticated", testUnauthenticated},
+			{"HostileClient", testHostileClient},
 			{"InvalidBodyStoredAndReplayed", testInvalidBody},
 			{"BodyTooLargeNotStored", testBodyTooLarge},
 			{"PayloadMismatch", func(t *testing.T, s *server) { testPayloadMismatch(t, s, st.redis) }},

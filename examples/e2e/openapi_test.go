@@ -91,6 +91,69 @@ func testPublishedPolicy(t *testing.T, s *server) {
 	if op := doc.Paths.Value("/v1/orders").Get; op == nil || op.Extensions["x-idempotency"] != nil {
 		t.Errorf("GET /v1/orders: missing, or documented as keyed")
 	}
+	testDocumentSaysWhatTheServerDoes(t, doc)
+}
+
+// testDocumentSaysWhatTheServerDoes: the 401 of every operation carries WWW-Authenticate
+// and never Idempotent-Replayed (authentication answers before the key is looked at);
+// every integer field stops at 2^53 - 1, where the fingerprint's doubles stop telling
+// integers apart; only the phased route lists cannot-resume among its answers.
+func testDocumentSaysWhatTheServerDoes(t *testing.T, doc *openapi3.T) {
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			if path == "/openapi.json" {
+				continue
+			}
+			r := op.Responses.Status(http.StatusUnauthorized)
+			switch {
+			case r == nil:
+				t.Errorf("%s %s: no 401", method, path)
+			case r.Value.Headers["WWW-Authenticate"] == nil:
+				t.Errorf("%s %s: the 401 does not document WWW-Authenticate", method, path)
+			case r.Value.Headers["Idempotent-Replayed"] != nil:
+				t.Errorf("%s %s: the 401 documents Idempotent-Replayed, which it never carries", method, path)
+			}
+		}
+	}
+	integers := map[string]*openapi3.Schema{}
+	for name, s := range doc.Components.Schemas {
+		for field, f := range s.Value.Properties {
+			integers[name+"."+field] = f.Value
+		}
+	}
+	for _, path := range []string{"/v1/orders", "/v1/payments"} {
+		for field, f := range doc.Paths.Value(path).Post.RequestBody.Value.Content["application/json"].Schema.Value.Properties {
+			integers["POST "+path+" "+field] = f.Value
+		}
+	}
+	n := 0
+	for name, s := range integers {
+		if !s.Type.Is("integer") || strings.HasSuffix(name, "Problem.status") { // an HTTP status, 100-599
+			continue
+		}
+		n++
+		switch {
+		case s.Max == nil:
+			t.Errorf("%s: no maximum, want 9007199254740991 (2^53 - 1)", name)
+		case *s.Max != 9007199254740991:
+			t.Errorf("%s: maximum %v, want 9007199254740991 (2^53 - 1)", name, *s.Max)
+		}
+	}
+	if n != 5 { // quantity, amount_cents twice each (schema and request), the charge's amount_cents
+		t.Errorf("%d integer fields checked, want 5", n)
+	}
+	for path, phased := range map[string]bool{"/v1/orders": false, "/v1/payments": true, webhookPath: false} {
+		answers, _ := doc.Paths.Value(path).Post.Extensions["x-idempotency"].(map[string]any)["answers"].([]any)
+		listed := false
+		for _, a := range answers {
+			if a.(map[string]any)["name"] == "cannot-resume" {
+				listed = true
+			}
+		}
+		if listed != phased {
+			t.Errorf("POST %s lists cannot-resume: %v, want %v (only phased mode resumes)", path, listed, phased)
+		}
+	}
 }
 
 // testAudit: idemtest.Audit over the routes the server publishes finds every unsafe

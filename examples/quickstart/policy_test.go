@@ -28,13 +28,16 @@ func TestPublishingThePolicy(t *testing.T) {
 	var logins, orders int
 	login, createOrder := counting(&logins), counting(&orders)
 	auth := func(c *gin.Context) { c.Set("account", c.GetHeader("X-Account-ID")) }
-	doc := &openapi3.T{OpenAPI: "3.0.3", Info: &openapi3.Info{Title: "Shop", Version: "1"}, Paths: openapi3.NewPaths()}
-	create := openapi3.NewOperation()
-	create.Responses = openapi3.NewResponses(openapi3.WithStatus(201, &openapi3.ResponseRef{Value: openapi3.NewResponse().WithDescription("Created")}))
-	doc.AddOperation("/v1/orders", http.MethodPost, create) // your API's document, however you build it
 	r := gin.New()
 
 	// snippet:begin policy
+	// Your API's OpenAPI 3 document (kin-openapi), built in code as here, or loaded from
+	// your openapi.yaml with openapi3.NewLoader().LoadFromFile: it must have the operation.
+	doc := &openapi3.T{OpenAPI: "3.0.3", Info: &openapi3.Info{Title: "Shop", Version: "1"}, Paths: openapi3.NewPaths()}
+	create := openapi3.NewOperation()
+	create.Responses = openapi3.NewResponses(openapi3.WithStatus(201, &openapi3.ResponseRef{Value: openapi3.NewResponse().WithDescription("Created")}))
+	doc.AddOperation("/v1/orders", http.MethodPost, create)
+
 	eng, err := core.New(core.Config{Store: store}) // the engine's policy comes from its configuration
 	if err != nil {
 		t.Fatal(err)

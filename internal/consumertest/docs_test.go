@@ -25,11 +25,14 @@ import (
 // docs/webhooks.md's NATS JetStream consumer, run as a test: the regions between
 // "snippet" markers are the document's text (internal/doccheck compares them).
 
-// Order is the message's payload.
+// snippet:begin order
+// Order is the message's payload, as JSON.
 type Order struct {
 	Item   string `json:"item"`
 	Amount int    `json:"amount"`
 }
+
+// snippet:end order
 
 // snippet:begin stream
 // orderQueue names what the consumer works with. In an application these are constants
@@ -72,14 +75,14 @@ func createOrderStreams(ctx context.Context, js jetstream.JetStream, q orderQueu
 
 // snippet:begin publish
 // publishOrder publishes an order under the producer's ID for it, the same on every
-// retry of the publish: JetStream drops a second copy within the stream's window.
-func publishOrder(ctx context.Context, js jetstream.JetStream, subject, orderID string, o Order) error {
+// retry of the publish. The PubAck says whether the stream kept it: Duplicate is true
+// when the stream had already stored that ID within its window and dropped this copy.
+func publishOrder(ctx context.Context, js jetstream.JetStream, subject, orderID string, o Order) (*jetstream.PubAck, error) {
 	data, err := json.Marshal(o)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = js.Publish(ctx, subject, data, jetstream.WithMsgID(orderID)) // sets the Nats-Msg-Id header
-	return err
+	return js.Publish(ctx, subject, data, jetstream.WithMsgID(orderID)) // sets the Nats-Msg-Id header
 }
 
 // snippet:end publish
@@ -201,11 +204,14 @@ func TestTheDocsConsumer(t *testing.T) {
 	require.NoError(t, err)
 
 	// The first layer: JetStream drops the second publish of order-1.
-	require.NoError(t, publishOrder(ctx, js, q.Subject, "order-1", Order{Item: "book", Amount: 1}))
-	ack, err := js.Publish(ctx, q.Subject, []byte(`{"item":"book","amount":1}`), jetstream.WithMsgID("order-1"))
+	ack, err := publishOrder(ctx, js, q.Subject, "order-1", Order{Item: "book", Amount: 1})
+	require.NoError(t, err)
+	assert.False(t, ack.Duplicate, "the first publish is stored")
+	ack, err = publishOrder(ctx, js, q.Subject, "order-1", Order{Item: "book", Amount: 1})
 	require.NoError(t, err)
 	assert.True(t, ack.Duplicate, "JetStream dropped the re-publish within its window")
-	require.NoError(t, publishOrder(ctx, js, q.Subject, "order-2", Order{Item: "pen", Amount: 2}))
+	_, err = publishOrder(ctx, js, q.Subject, "order-2", Order{Item: "pen", Amount: 2})
+	require.NoError(t, err)
 	// The second layer: order-3 was applied by a consumer that committed and never acked.
 	applied := []byte(`{"item":"lamp","amount":3}`)
 	_, _, err = eng.Do(ctx, "orders", "order-3", applied, func(ctx context.Context) ([]byte, error) {
@@ -220,7 +226,8 @@ func TestTheDocsConsumer(t *testing.T) {
 	require.NoError(t, err)
 	_, err = js.Publish(ctx, q.Subject, []byte(`{"item":`), jetstream.WithMsgID("order-bad-json"))
 	require.NoError(t, err)
-	require.NoError(t, publishOrder(ctx, js, q.Subject, "order-poison", Order{Item: "free", Amount: 0}))
+	_, err = publishOrder(ctx, js, q.Subject, "order-poison", Order{Item: "free", Amount: 0})
+	require.NoError(t, err)
 
 	// snippet:begin run
 	c := &orderConsumer{eng: eng, js: js, deadSubject: q.DeadSubject, retryDelay: 10 * time.Millisecond}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strconv"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -127,23 +128,55 @@ func (a *App) idem() core.Config {
 		Hooks: core.JoinHooks(a.obs.hooks, core.HookFunc(func(ctx context.Context, ev core.Event) {
 			if a.log.Enabled(ctx, slog.LevelDebug) {
 				a.log.LogAttrs(ctx, slog.LevelDebug, "idem: "+string(ev.Outcome), slog.String("account", ev.Scope),
-					slog.String("key", ev.Key), slog.String("route", ev.Method+" "+ev.Path), slog.Int("status", ev.Status),
+					slog.String("key", ev.Key), slog.String("route", clip(ev.Method)+" "+clip(ev.Path)), slog.Int("status", ev.Status),
 					slog.Any("error", ev.Err))
 			}
 		})),
 	}
 }
 
+// maxAccount is the longest account ID the demo accepts: the accounts it would issue are
+// 1 to 64 characters of printable ASCII. Anything else is refused before it reaches a
+// store: an account is the idempotency scope, and a scope a store cannot hold (too long,
+// not UTF-8, a byte PostgreSQL's text refuses) is, to the engine, a server's
+// misconfiguration (500), not a client's mistake.
+const maxAccount = 64
+
 // Authenticate returns the caller's account from the X-Account-ID header, or the 401
-// problem to answer when it is missing or empty.
+// problem to answer when there is none the demo would issue: the header missing, empty,
+// sent twice (which of two accounts is ambiguous), over maxAccount bytes or holding a byte
+// outside printable ASCII (0x20-0x7E).
 func Authenticate(r *http.Request) (account string, reject *Reply) {
-	if account = r.Header.Get(AccountHeader); account != "" {
-		return account, nil
+	values := r.Header.Values(AccountHeader)
+	var detail string
+	switch {
+	case len(values) == 0 || len(values) == 1 && values[0] == "":
+		detail = "Every /v1 request needs an " + AccountHeader + " header naming the caller's account."
+	case len(values) > 1:
+		detail = "The request has more than one " + AccountHeader + " header: send one, naming the caller's account."
+	case !issuable(values[0]):
+		detail = "The " + AccountHeader + " header is not an account ID: 1 to " + strconv.Itoa(maxAccount) +
+			" characters of printable ASCII."
+	default:
+		return values[0], nil
 	}
-	rep := problem(http.StatusUnauthorized, ProblemUnauthenticated, "Unauthenticated",
-		"Every /v1 request needs an "+AccountHeader+" header naming the caller's account.")
+	rep := problem(http.StatusUnauthorized, ProblemUnauthenticated, "Unauthenticated", detail)
 	rep.Header.Set("WWW-Authenticate", AccountHeader)
 	return "", &rep
+}
+
+// issuable reports whether account is an ID the demo would issue: 1 to maxAccount bytes,
+// each printable ASCII.
+func issuable(account string) bool {
+	if len(account) == 0 || len(account) > maxAccount {
+		return false
+	}
+	for i := 0; i < len(account); i++ {
+		if account[i] < 0x20 || account[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // readBody reads the request body: the copy the idempotency middleware hands over after

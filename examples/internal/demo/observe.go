@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -51,8 +52,9 @@ func noteOutcome(ctx context.Context, ev core.Event) {
 }
 
 // handler serves GET /metrics itself (unlogged: a scraper calls it every few seconds)
-// and every other request through next, logging one line for it at Info: method, path,
-// status, idem's outcome ("-" for a request the middleware let through) and duration.
+// and every other request through next, logging one line for it at Info: method, path
+// (each clipped, see clip), status, idem's outcome ("-" for a request the middleware let
+// through) and duration.
 func (o *observer) handler(next http.Handler) http.Handler {
 	metrics := promhttp.HandlerFor(o.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(o.log.Handler(), slog.LevelWarn)})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -64,7 +66,7 @@ func (o *observer) handler(next http.Handler) http.Handler {
 		acc := &access{outcome: "-"}
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), accessKey{}, acc)))
-		o.log.LogAttrs(r.Context(), slog.LevelInfo, "request", slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		o.log.LogAttrs(r.Context(), slog.LevelInfo, "request", slog.String("method", clip(r.Method)), slog.String("path", clip(r.URL.Path)),
 			slog.Int("status", sw.code()), slog.String("outcome", string(acc.outcome)), slog.Duration("duration", time.Since(began)))
 	})
 }
@@ -100,4 +102,21 @@ func (w *statusWriter) code() int {
 		return http.StatusOK // nothing written: net/http sends 200
 	}
 	return w.status
+}
+
+// maxLogged is the most bytes of a value a client chooses (method, path) that a log line
+// carries, as in idem's own lines: a client cannot make one request write a megabyte of log.
+const maxLogged = 64
+
+// clip returns s, or its first maxLogged bytes (cut before a UTF-8 sequence that would not
+// fit) followed by "…".
+func clip(s string) string {
+	if len(s) <= maxLogged {
+		return s
+	}
+	i := maxLogged
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
 }

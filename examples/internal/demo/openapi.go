@@ -82,7 +82,8 @@ func (a *App) openAPIJSON(ctx context.Context) ([]byte, error) {
 // examples/README.md, their bodies and their own answers.
 func apiDocument() *openapi3.T {
 	str := openapi3.NewStringSchema
-	integer := func(min float64) *openapi3.Schema { return openapi3.NewInt64Schema().WithMin(min) }
+	// Integers go up to maxSafeInt: past it the fingerprint no longer tells two apart.
+	integer := func(min float64) *openapi3.Schema { return openapi3.NewInt64Schema().WithMin(min).WithMax(maxSafeInt) }
 	object := func(props map[string]*openapi3.Schema) *openapi3.Schema {
 		s := openapi3.NewObjectSchema().WithProperties(props)
 		for name := range props {
@@ -135,9 +136,14 @@ func apiDocument() *openapi3.T {
 		}
 		o.Responses = openapi3.NewResponses(openapi3.WithStatus(ok, &openapi3.ResponseRef{Value: r}))
 		for _, status := range append([]int{http.StatusUnauthorized}, problems...) {
-			o.Responses.Set(strconv.Itoa(status), &openapi3.ResponseRef{Value: openapi3.NewResponse().
-				WithDescription(demoProblems[status]).
-				WithContent(openapi3.Content{"application/problem+json": openapi3.NewMediaType().WithSchemaRef(ref("Problem"))})})
+			r := openapi3.NewResponse().WithDescription(demoProblems[status]).
+				WithContent(openapi3.Content{"application/problem+json": openapi3.NewMediaType().WithSchemaRef(ref("Problem"))})
+			if status == http.StatusUnauthorized {
+				r.Headers = openapi3.Headers{"WWW-Authenticate": {Value: &openapi3.Header{Parameter: openapi3.Parameter{
+					Description: "The header that names the caller: `" + AccountHeader + "`.",
+					Schema:      str().WithEnum(AccountHeader).NewRef()}}}}
+			}
+			o.Responses.Set(strconv.Itoa(status), &openapi3.ResponseRef{Value: r})
 		}
 		return o
 	}
@@ -178,7 +184,7 @@ func apiDocument() *openapi3.T {
 // demoProblems describes the demo's own problems by status (examples/README.md#problems).
 var demoProblems = map[int]string{
 	http.StatusBadRequest:          "[invalid-request](" + ProblemInvalidRequest + "): the body is not what the route takes. Recorded and replayed like a success.",
-	http.StatusUnauthorized:        "[unauthenticated](" + ProblemUnauthenticated + "): no " + AccountHeader + " header.",
+	http.StatusUnauthorized:        "[unauthenticated](" + ProblemUnauthenticated + "): no " + AccountHeader + " header, two, or not an account ID (1 to 64 characters of printable ASCII).",
 	http.StatusNotFound:            "[not-found](" + ProblemNotFound + "): no such resource in the caller's account.",
 	http.StatusInternalServerError: "[internal](" + ProblemInternal + "): the server failed; nothing was kept and the key was released.",
 	http.StatusBadGateway:          "[provider-failed](" + ProblemProvider + "): the provider refused the charge; the key was released.",

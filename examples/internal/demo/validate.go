@@ -7,9 +7,15 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
-// object parses body as one JSON object, or returns the 400 reply saying why not.
+// object parses body as one JSON object, or returns the 400 reply saying why not. It is
+// stricter than encoding/json, which takes invalid UTF-8 and lone UTF-16 surrogates
+// (stored as U+FFFD) and lets the last of two members with one name win: RFC 8259 §8.1
+// asks for UTF-8 text, and a body whose two readers (a proxy, this server) may see
+// different values is refused rather than guessed at. See strict.
 func object(body []byte) (map[string]json.RawMessage, *Reply) {
 	trimmed := bytes.TrimSpace(body)
 	if !json.Valid(trimmed) {
@@ -20,12 +26,105 @@ func object(body []byte) (map[string]json.RawMessage, *Reply) {
 		r := invalid("The body must be a JSON object.")
 		return nil, &r
 	}
+	if why := strict(trimmed); why != "" {
+		r := invalid(why)
+		return nil, &r
+	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(trimmed, &m); err != nil {
 		r := invalid("The body is not valid JSON.")
 		return nil, &r
 	}
 	return m, nil
+}
+
+// strict returns why doc, a valid JSON text (json.Valid), is not one the demo takes, or
+// "" when it is: doc must be UTF-8, its \u escapes must not leave a UTF-16 surrogate
+// unpaired, and no object may have two members of one name (compared after unescaping,
+// so "a" and "\u0061" are one name).
+//
+// It is one pass over the bytes rather than a second JSON library: encoding/json/v2
+// refuses all three by default but is still behind GOEXPERIMENT in Go 1.26, and
+// go-json-experiment/json would add a dependency to the module for one check of a demo.
+// Since doc is valid JSON, the scanner only follows strings and the nesting.
+func strict(doc []byte) string {
+	if !utf8.Valid(doc) {
+		return "The body is not UTF-8 text."
+	}
+	type frame struct {
+		names   map[string]bool // an object's member names so far; nil for an array
+		wantKey bool            // the next string in this object is a member name
+	}
+	var stack []frame
+	for i := 0; i < len(doc); i++ {
+		switch doc[i] {
+		case '{':
+			stack = append(stack, frame{names: map[string]bool{}, wantKey: true})
+		case '[':
+			stack = append(stack, frame{})
+		case '}', ']':
+			stack = stack[:len(stack)-1]
+		case ',':
+			if top := &stack[len(stack)-1]; top.names != nil {
+				top.wantKey = true
+			}
+		case '"':
+			end, why := stringEnd(doc, i)
+			if why != "" {
+				return why
+			}
+			if top := len(stack) - 1; top >= 0 && stack[top].wantKey {
+				var name string
+				_ = json.Unmarshal(doc[i:end], &name) // valid JSON: a string decodes
+				if stack[top].names[name] {
+					return "The body has two members named " + quoteID(clip(name)) + " in one object."
+				}
+				stack[top].names[name] = true
+				stack[top].wantKey = false
+			}
+			i = end - 1
+		}
+	}
+	return ""
+}
+
+// stringEnd returns the end of the JSON string that starts at doc[start] (just past its
+// closing quote), or why it is refused: a \u escape of a UTF-16 surrogate that is not
+// part of a pair (a high one followed by a low one) is no character.
+func stringEnd(doc []byte, start int) (int, string) {
+	const lone = "The body has a \\u escape of a lone UTF-16 surrogate, which is no character."
+	for i := start + 1; i < len(doc); i++ {
+		switch doc[i] {
+		case '"':
+			return i + 1, ""
+		case '\\':
+			if doc[i+1] != 'u' {
+				i++ // \" \\ \/ \b \f \n \r \t
+				continue
+			}
+			r := hex4(doc[i+2 : i+6])
+			i += 5
+			switch {
+			case utf16.IsSurrogate(r) && r >= 0xdc00: // a low surrogate first
+				return 0, lone
+			case utf16.IsSurrogate(r):
+				if i+6 >= len(doc) || doc[i+1] != '\\' || doc[i+2] != 'u' {
+					return 0, lone
+				}
+				if low := hex4(doc[i+3 : i+7]); low < 0xdc00 || low > 0xdfff {
+					return 0, lone
+				}
+				i += 6
+			}
+		}
+	}
+	return len(doc), "" // unreachable for valid JSON
+}
+
+// hex4 decodes the four hex digits of a \u escape (valid JSON: they are hex digits).
+func hex4(b []byte) rune {
+	n, _ := strconv.ParseUint(string(b), 16, 16)
+	return rune(n)
 }
 
 // maxSafeInt is the largest integer the fields take: 2^53 - 1, the largest n for which

@@ -87,3 +87,44 @@ func TestParseID(t *testing.T) {
 		}
 	}
 }
+
+// TestObjectIsStrict: a body that is not UTF-8 text, that escapes a lone UTF-16 surrogate
+// or that names one member twice in an object is a 400, where encoding/json would take
+// it (replacing the bytes with U+FFFD, or keeping the last member).
+func TestObjectIsStrict(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{
+		`{"item":"b` + "\xff" + `","quantity":1}`,         // not UTF-8
+		`{"item":"b` + "\xed\xa0\x80" + `","quantity":1}`, // a surrogate encoded in UTF-8
+		`{"item":"b","quantity":1,"x` + "\xc3" + `":1}`,   // a cut sequence in a name
+		`{"item":"\ud800","quantity":1}`,                  // a lone high surrogate
+		`{"item":"\ud800x","quantity":1}`,
+		`{"item":"\ud800\u0041","quantity":1}`, // high then not low
+		`{"item":"\ud800\n","quantity":1}`,
+		`{"item":"\udc00","quantity":1}`,       // a lone low surrogate
+		`{"item":"\udc00\ud800","quantity":1}`, // the pair reversed
+		`{"item":"b","quantity":1,"note":"\uDBFF"}`,
+		`{"item":"b","quantity":1,"quantity":2}`,      // a duplicate member
+		`{"item":"b","quantity":1,"\u0071uantity":1}`, // the same name, escaped
+		`{"item":"b","quantity":1,"x":{"a":1,"a":1}}`, // nested
+		`{"item":"b","quantity":1,"x":[{"a":1},{"a":1,"b":[],"b":2}]}`,
+	} {
+		_, bad := parseOrder([]byte(body))
+		if bad == nil {
+			t.Errorf("parseOrder(%q) accepted it; want 400", body)
+			continue
+		}
+		checkInvalid(t, body, bad)
+	}
+	for body, want := range map[string]orderInput{
+		`{"item":"\ud83d\ude00","quantity":1}`:                              {"😀", 1}, // a pair
+		`{"item":"\\ud800","quantity":1}`:                                   {`\ud800`, 1},
+		`{"item":"\"\\","quantity":1,"x":{"item":1},"y":[{"a":1},{"a":2}]}`: {`"\`, 1}, // one name in two objects
+		`{"item":"b","quantity":1,"it\u0065m2":"c"}`:                        {"b", 1},
+	} {
+		got, bad := parseOrder([]byte(body))
+		if bad != nil || got != want {
+			t.Errorf("parseOrder(%s) = %+v, %v; want %+v", body, got, bad, want)
+		}
+	}
+}
