@@ -8,8 +8,10 @@ import (
 	"net/http"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/memstore"
@@ -152,3 +154,32 @@ func (w *LedgerWorker) Work(ctx context.Context, job *river.Job[ReceiptArgs]) er
 }
 
 // snippet:end complete-tx
+
+// River on the pool pgxstore uses: its tables migrated once, one client per process that
+// both inserts (in handlers) and works the jobs.
+func Example_client() {
+	ctx := context.Background()
+	var pool *pgxpool.Pool // pgxpool.New(ctx, os.Getenv("DATABASE_URL")), shared with pgxstore.New(pool)
+	var mailer Mailer
+	// snippet:begin client
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil { // or River's CLI: river migrate-up
+		log.Fatal(err)
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &ReceiptWorker{Mailer: mailer})
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}},
+		Workers: workers,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := riverClient.Start(ctx); err != nil { // works jobs until riverClient.Stop
+		log.Fatal(err)
+	}
+	// snippet:end client
+}
