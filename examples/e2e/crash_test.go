@@ -72,9 +72,11 @@ func TestCrashRecovery(t *testing.T) {
 			t.Fatalf("the payment has charge %s, want %s, made before the crash", got, chargeID)
 		}
 		requireOneCharge(t, s, acct, key, chargeID, 1250)
+		requireReceipt(t, s, st, acct, done)
 
 		earlyDone := resume(t, s, early, earlyKey, crashed, lease)
 		requireOneCharge(t, s, early, earlyKey, str(t, earlyDone.Body, "charge_id"), 1250)
+		requireReceipt(t, s, st, early, earlyDone)
 
 		// The row written before the crash committed on its own with Redis, and is what
 		// the retry answers (same id, same created_at); with a SQL store it rolled back.
@@ -89,6 +91,7 @@ func TestCrashRecovery(t *testing.T) {
 		if st.redis {
 			requireSameFields(t, lateDone.Body, written[0])
 		}
+		requireReceipt(t, s, st, late, lateDone)
 
 		// The held key's account has its one charge and no payment.
 		requireOneCharge(t, s, held, heldKey, "", 1250)
