@@ -184,8 +184,8 @@ const (
 	atEnqueued = "enqueued"
 	// atFinished: the finished phase committed; the response is not recorded.
 	atFinished = "finished"
-	// atOrderEnqueued: in the atomic route, the order written and both jobs inserted in
-	// the request's transaction; nothing has committed.
+	// atOrderEnqueued: in the atomic route, the order written and both jobs inserted in a
+	// phase (a savepoint of the request's transaction); nothing has committed.
 	atOrderEnqueued = "order_enqueued"
 )
 
@@ -254,14 +254,30 @@ func (a *app) createPayment(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, map[string]string{"id": strconv.FormatInt(id, 10)})
 }
 
-// createOrder: the order and its jobs in the request's transaction, committed with the
-// recorded 201.
+// orderPhase is the orders route's phase, in which it enqueues.
+const orderPhase = "confirmed"
+
+// errPhaseOnly, returned by a hook inside the orders route's phase, fails the phase only:
+// the handler goes on without its jobs and answers 201.
+var errPhaseOnly = errors.New("the phase failed; the request goes on")
+
+// createOrder: the order in the request's transaction, and its jobs in a phase of it (a
+// savepoint in atomic mode), all committed with the recorded 201.
 func (a *app) createOrder(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	op := core.MustOperation(ctx)
 	account := r.Header.Get(accountHeader)
 	err := a.be.exec(ctx, `INSERT INTO `+a.be.table("orders")+` (account, idem_key) VALUES (?, ?)`, account, op.Key())
-	if failed(w, err) || failed(w, a.enqueue(ctx, op, "confirmation")) || failed(w, a.hook(ctx, op, atOrderEnqueued)) {
+	if failed(w, err) {
+		return
+	}
+	err = op.Phase(ctx, orderPhase, func(ctx context.Context) error {
+		if err := a.enqueue(ctx, op, "confirmation"); err != nil {
+			return err
+		}
+		return a.hook(ctx, op, atOrderEnqueued)
+	})
+	if !errors.Is(err, errPhaseOnly) && failed(w, err) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, map[string]string{"order": op.Key()})

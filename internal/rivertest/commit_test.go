@@ -51,7 +51,7 @@ func TestJobCommitsWithItsTransaction(t *testing.T) {
 		base := serve(t, newApp(be, 0, nil))
 		for _, c := range []struct{ path, table, point string }{
 			{"/v1/payments", "payments", atFinished},
-			{"/v1/orders", "orders", storage.RecoveryStarted},
+			{"/v1/orders", "orders", orderPhase},
 		} {
 			account, key := operation()
 			first := mustPost(t, base, c.path, account, key)
@@ -110,7 +110,25 @@ func TestRolledBackRequestLeavesNoJob(t *testing.T) {
 		assert.Equal(t, tally{}, be.mustCount(t, "orders", account, key), "nothing of the failed request stays")
 		r = mustPost(t, base, "/v1/orders", account, key)
 		require.Equal(t, http.StatusCreated, r.Status, "retry: %v", r)
-		assert.Equal(t, once(storage.RecoveryStarted), be.mustCount(t, "orders", account, key))
+		assert.Equal(t, once(orderPhase), be.mustCount(t, "orders", account, key))
+	})
+}
+
+// TestFailedAtomicPhaseLeavesNoJob: in atomic mode a phase is a savepoint: one that fails
+// after it enqueued loses its jobs, while the request's other writes commit with its 201.
+func TestFailedAtomicPhaseLeavesNoJob(t *testing.T) {
+	eachKind(t, func(t *testing.T, be *backend) {
+		base := serve(t, newApp(be, 0, func(_ context.Context, _ *core.Operation, at string) error {
+			if at == atOrderEnqueued {
+				return errPhaseOnly
+			}
+			return nil
+		}))
+		account, key := operation()
+		r := mustPost(t, base, "/v1/orders", account, key)
+		require.Equal(t, http.StatusCreated, r.Status, "%v", r)
+		assert.Equal(t, tally{Rows: 1, State: string(storage.StateCompleted), Point: storage.RecoveryStarted},
+			be.mustCount(t, "orders", account, key), "the order committed, the failed phase's jobs did not")
 	})
 }
 

@@ -303,7 +303,7 @@ func killTrial(t *testing.T, be *backend, server string, b boundary) (tally, err
 	}
 	point := atFinished
 	if b.path == "/v1/orders" {
-		point = storage.RecoveryStarted
+		point = orderPhase
 	}
 	if tl != once(point) {
 		errs = append(errs, fmt.Errorf("after the retry: %v, want %v", tl, once(point)))
