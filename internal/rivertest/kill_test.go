@@ -44,7 +44,7 @@ func runChild() int {
 		return 2
 	}
 	time.AfterFunc(childLifetime, func() { os.Exit(4) })
-	p, err := openPools(3)
+	p, err := openPools(2)
 	if err != nil {
 		return fail(err)
 	}

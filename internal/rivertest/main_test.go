@@ -97,7 +97,7 @@ func sharedPools(t testing.TB) pools {
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	if shared.p.pgx == nil {
-		p, err := openPools(10)
+		p, err := openPools(6)
 		if err != nil {
 			t.Fatalf("PostgreSQL at %s is unreachable (%v); %s", testdb.PostgresURL(), err, startPostgres)
 		}
