@@ -24,7 +24,7 @@ func TestRiverOnlyWhereUsed(t *testing.T) {
 	for _, dep := range goListDeps(t, "github.com/idemkit/idem/core/...", "github.com/idemkit/idem/ginidem",
 		"github.com/idemkit/idem/echoidem", "github.com/idemkit/idem/pgxstore", "github.com/idemkit/idem/gormstore",
 		"github.com/idemkit/idem/redisstore", "github.com/idemkit/idem/promidem", "github.com/idemkit/idem/otelidem",
-		"github.com/idemkit/idem/idemclient", "github.com/idemkit/idem/idemtest") {
+		"github.com/idemkit/idem/idemclient", "github.com/idemkit/idem/idemtest", "github.com/idemkit/idem/grpcidem") {
 		assert.False(t, strings.HasPrefix(dep, "github.com/riverqueue/"), "a package outside idemriver imports %s", dep)
 	}
 	deps := goListDeps(t, "github.com/idemkit/idem/idemriver")
