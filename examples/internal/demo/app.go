@@ -39,6 +39,8 @@ type App struct {
 	// crash ends the process after a phase committed, or the payment row was written
 	// (-crash-after).
 	crash func(phase string)
+	// receipts sends the payments' receipts through River (PostgreSQL only; nil otherwise).
+	receipts *receipts
 }
 
 // Open connects to the database cfg names, creates the schema when missing (business
@@ -60,6 +62,15 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	a := &App{cfg: cfg, log: log, be: be, provider: &provider{be: be}, obs: obs}
+	if a.receipts, err = openReceipts(ctx, be, log); err != nil {
+		be.close()
+		return nil, err
+	}
+	// The worker runs until Close, not until ctx (which only bounds the start).
+	if err := a.receipts.run(context.WithoutCancel(ctx)); err != nil {
+		be.close()
+		return nil, err
+	}
 	if err := a.buildEngines(); err != nil {
 		be.close()
 		return nil, err
@@ -75,8 +86,11 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	return a, nil
 }
 
-// Close closes the database.
-func (a *App) Close() { a.be.close() }
+// Close stops the receipts' worker and closes the database.
+func (a *App) Close() {
+	a.receipts.close(a.log)
+	a.be.close()
+}
 
 // StoreName says which database and store the App runs on, for the log.
 func (a *App) StoreName() string { return a.be.name }

@@ -50,6 +50,9 @@ type backend struct {
 	// claim's in atomic mode, a phase's inside a phase, the final one otherwise.
 	tx    func(ctx context.Context) (querier, error)
 	close func()
+	// pool (pgx) or gorm (GORM) is the database handle, for River (receipts.go).
+	pool *pgxpool.Pool
+	gorm *gorm.DB
 }
 
 // openBackend connects to the database cfg names, and to Redis with -store redis, and
@@ -156,6 +159,7 @@ func openDatabase(ctx context.Context, cfg Config) (*backend, error) {
 				return pgxQ{tx}, nil
 			},
 			close: pool.Close,
+			pool:  pool,
 		}, nil
 	}
 }
@@ -196,6 +200,7 @@ func gormBackend(name, dialect string, db *gorm.DB) (*backend, error) {
 			return gormQ{tx}, nil
 		},
 		close: func() { _ = sqlDB.Close() },
+		gorm:  db,
 	}, nil
 }
 

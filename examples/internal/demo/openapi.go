@@ -103,6 +103,10 @@ func apiDocument() *openapi3.T {
 		"Problem": {Value: object(map[string]*openapi3.Schema{"type": str().WithFormat("uri"), "title": str(),
 			"status": openapi3.NewIntegerSchema(), "detail": str()})},
 	}
+	// On PostgreSQL GET /v1/payments/{id} says where the payment's receipt is (receipts.go).
+	receipt := openapi3.NewStringSchema().WithEnum("queued", "sent")
+	receipt.Description = "GET /v1/payments/{id} on PostgreSQL: the receipt email, a River job, is queued or sent"
+	schemas["Payment"].Value.Properties["receipt"] = openapi3.NewSchemaRef("", receipt)
 	ref := func(name string) *openapi3.SchemaRef {
 		return openapi3.NewSchemaRef("#/components/schemas/"+name, schemas[name].Value)
 	}

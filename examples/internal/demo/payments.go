@@ -17,6 +17,8 @@ type Payment struct {
 	Currency    string `json:"currency"`
 	ChargeID    string `json:"charge_id"`
 	CreatedAt   string `json:"created_at"`
+	// Receipt is "queued" or "sent" (GET /v1/payments/{id} on PostgreSQL; see receipts.go).
+	Receipt string `json:"receipt,omitempty"`
 }
 
 // CreatePayment handles POST /v1/payments behind the phased middleware:
@@ -27,7 +29,8 @@ type Payment struct {
 //     records its recovery point. A retry that takes over after a crash skips the phase
 //     and reads the charge id back; the provider would return the same charge anyway,
 //     since the derived key is stable.
-//  3. finished: the payment row is written, then the 201 is recorded.
+//  3. finished: the payment row is written and, on PostgreSQL, its receipt enqueued as a
+//     River job in the same transaction (receipts.go), then the 201 is recorded.
 //
 // Where the rows commit depends on the store of the payments' keys (see
 // backend.paymentTx): in the database, with the phase's recovery point and with the
@@ -99,8 +102,10 @@ func (a *App) CreatePayment(r *http.Request, account string) Reply {
 	var p Payment
 	err = a.be.paymentTx(ctx, func(q querier) error {
 		var err error
-		p, err = a.insertPayment(ctx, q, account, op.Key(), in, charge.ID)
-		return err
+		if p, err = a.insertPayment(ctx, q, account, op.Key(), in, charge.ID); err != nil {
+			return err
+		}
+		return a.receipts.enqueue(ctx, op, p) // commits with the payment and the 201, or not at all
 	})
 	if err != nil {
 		return a.fail(ctx, "payments: record the payment", err)
@@ -176,6 +181,9 @@ func (a *App) GetPayment(r *http.Request, account, id string) Reply {
 		return notFoundReply("payment", id)
 	case err != nil:
 		return a.fail(ctx, "payments: get", err)
+	}
+	if p.Receipt, err = a.receiptOf(ctx, account, n); err != nil {
+		return a.fail(ctx, "payments: get the receipt", err)
 	}
 	return jsonReply(http.StatusOK, p)
 }
