@@ -24,7 +24,7 @@ import (
 var snippetMarker = regexp.MustCompile(`(?m)^<!-- snippet: ([^ #]+)(?:#([A-Za-z0-9_-]+))? -->\n` + "```go\n" + `((?s:.*?))` + "```\n")
 
 // snippetDocs are the documents whose snippets are checked.
-var snippetDocs = []string{"README.md", "docs/problems.md", "docs/phased-operations.md", "docs/webhooks.md",
+var snippetDocs = []string{"README.md", "docs/problems.md", "docs/phased-operations.md", "docs/webhooks.md", "docs/grpc.md",
 	"gormstore/README.md", "redisstore/README.md"}
 
 // TestSnippetsAreTheirFiles: every marked snippet in the docs equals its source.
