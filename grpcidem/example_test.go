@@ -143,7 +143,7 @@ func ExampleFinalCode() {
 	// Aborted false
 }
 
-// The policy of a gRPC method is core.Policy data, and Policy.Markdown writes its record.
+// The policy of a gRPC method is policy.Policy data (core/policy), and Policy.Markdown writes its record.
 func ExampleConfig_Policy() {
 	eng, err := core.New(core.Config{Store: memstore.New()})
 	if err != nil {

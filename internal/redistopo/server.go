@@ -236,28 +236,9 @@ func fields(txt, sep string) map[string]string {
 	return m
 }
 
-// poll calls cond every pollEvery until it reports nothing missing (""), fails, or ctx
-// ends; the error then says what was still missing. Each call gets a context bounded by
-// a second, so one stuck call cannot outlast ctx by much.
+// poll is testproc.Poll at pollEvery.
 func poll(ctx context.Context, cond func(ctx context.Context) (missing string, err error)) error {
-	tick := time.NewTicker(pollEvery)
-	defer tick.Stop()
-	for {
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		missing, err := cond(cctx)
-		cancel()
-		switch {
-		case err != nil:
-			return err
-		case missing == "":
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w; still missing: %s", context.Cause(ctx), missing)
-		case <-tick.C:
-		}
-	}
+	return testproc.Poll(ctx, pollEvery, cond)
 }
 
 // StartServer starts a standalone redis-server (no persistence) in a new temporary
