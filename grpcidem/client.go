@@ -3,7 +3,6 @@ package grpcidem
 import (
 	"context"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -15,14 +14,14 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/idemkit/idem/internal/backoff"
 )
 
 // The defaults of ClientConfig's zero fields.
 const (
-	defaultMaxAttempts    = 5
-	defaultMaxElapsed     = 30 * time.Second
-	defaultInitialBackoff = 500 * time.Millisecond
-	defaultMaxBackoff     = 8 * time.Second
+	defaultMaxAttempts = 5
+	defaultMaxElapsed  = 30 * time.Second
 )
 
 // ClientConfig configures the client interceptor. Its zero value is ready to use: every
@@ -227,7 +226,7 @@ func (c *ClientConfig) intercept(ctx context.Context, method string, req, reply 
 		if c.OnRetry != nil {
 			c.OnRetry(info)
 		}
-		if werr := c.wait(ctx, wait); werr != nil {
+		if werr := backoff.Sleep(ctx, wait); werr != nil {
 			return status.FromContextError(werr).Err()
 		}
 	}
@@ -322,7 +321,7 @@ func (c *ClientConfig) retryable(err error, attempt int) (wait time.Duration, fr
 	if hasDelay {
 		return delay, true, true
 	}
-	return c.backoff(attempt), false, true
+	return backoff.Delay(c.InitialBackoff, c.MaxBackoff, attempt), false, true
 }
 
 // retryDelay returns the delay of st's google.rpc.RetryInfo, if it carries one.
@@ -333,39 +332,6 @@ func retryDelay(st *status.Status) (time.Duration, bool) {
 		}
 	}
 	return 0, false
-}
-
-// backoff is the wait before the retry after attempt (from 1) without a RetryInfo: the
-// bound InitialBackoff·2^(attempt-1), capped at MaxBackoff, and a wait drawn uniformly
-// from its upper half.
-func (c *ClientConfig) backoff(attempt int) time.Duration {
-	lo, hi := c.InitialBackoff, c.MaxBackoff
-	if lo <= 0 {
-		lo = defaultInitialBackoff
-	}
-	if hi <= 0 {
-		hi = defaultMaxBackoff
-	}
-	d := min(lo, hi)
-	for i := 1; i < attempt && d < hi; i++ {
-		d = min(2*d, hi)
-	}
-	half := d / 2
-	return d - half + rand.N(half+1)
-}
-
-func (c *ClientConfig) wait(ctx context.Context, d time.Duration) error {
-	if err := context.Cause(ctx); err != nil {
-		return err
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }
 
 func (c *ClientConfig) log(ctx context.Context, level slog.Level, msg string, info RetryInfo) {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"math"
-	"math/rand/v2"
 	"mime"
 	"net/http"
 	"strconv"
@@ -94,25 +93,6 @@ type peekedBody struct {
 }
 
 func (b *peekedBody) Close() error { return b.closer.Close() }
-
-// backoff is the wait before the retry that follows attempt (from 1) when the server
-// gave no Retry-After: the bound InitialBackoff·2^(attempt-1), capped at MaxBackoff, and
-// a wait drawn uniformly from its upper half.
-func (t *Transport) backoff(attempt int) time.Duration {
-	lo, hi := t.InitialBackoff, t.MaxBackoff
-	if lo <= 0 {
-		lo = defaultInitialBackoff
-	}
-	if hi <= 0 {
-		hi = defaultMaxBackoff
-	}
-	d := min(lo, hi)
-	for i := 1; i < attempt && d < hi; i++ {
-		d = min(2*d, hi)
-	}
-	half := d / 2
-	return d - half + rand.N(half+1)
-}
 
 // isReplay reports whether resp says it is a replay (Idempotent-Replayed: true).
 func isReplay(resp *http.Response) bool {

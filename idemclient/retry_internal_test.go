@@ -1,7 +1,6 @@
 package idemclient
 
 import (
-	"context"
 	"io"
 	"math"
 	"net/http"
@@ -81,43 +80,4 @@ func TestInProgressProblem(t *testing.T) {
 		assert.Equal(t, c.body, string(b), "the body reads whole after the peek")
 		require.NoError(t, resp.Body.Close())
 	}
-}
-
-// TestBackoffBounds: the waits stay in the upper half of their doubling bound, capped.
-func TestBackoffBounds(t *testing.T) {
-	t.Parallel()
-	tr := &Transport{InitialBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
-	seen := map[time.Duration]bool{}
-	for range 200 {
-		for attempt, bound := range map[int]time.Duration{1: 10, 2: 20, 3: 40, 4: 50, 30: 50, 1000: 50} {
-			bound *= time.Millisecond
-			d := tr.backoff(attempt)
-			require.GreaterOrEqual(t, d, bound/2, "attempt %d", attempt)
-			require.LessOrEqual(t, d, bound, "attempt %d", attempt)
-			if attempt == 1 {
-				seen[d] = true
-			}
-		}
-	}
-	assert.Greater(t, len(seen), 50, "the waits are jittered")
-	// MaxBackoff below InitialBackoff caps the first wait too.
-	d := (&Transport{InitialBackoff: time.Second, MaxBackoff: 100 * time.Millisecond}).backoff(1)
-	assert.LessOrEqual(t, d, 100*time.Millisecond)
-}
-
-// TestSleepEndsWithTheContext: the real wait returns the context's cause at once when it
-// ends, and nothing after a wait that ran out.
-func TestSleepEndsWithTheContext(t *testing.T) {
-	t.Parallel()
-	ctx, cancel := context.WithCancelCause(t.Context())
-	cancel(context.DeadlineExceeded)
-	require.ErrorIs(t, sleep(ctx, time.Hour), context.DeadlineExceeded)
-
-	ctx, cancel2 := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- sleep(ctx, time.Hour) }()
-	cancel2()
-	require.ErrorIs(t, <-done, context.Canceled)
-
-	require.NoError(t, sleep(t.Context(), 0))
 }

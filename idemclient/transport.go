@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/internal/backoff"
 )
 
 // ReplayedHeader is the header an idem server adds, with the value "true", to a response
@@ -24,10 +25,8 @@ const ReplayedHeader = "Idempotent-Replayed"
 
 // The defaults of Transport's zero fields.
 const (
-	defaultMaxAttempts    = 5
-	defaultMaxElapsed     = 30 * time.Second
-	defaultInitialBackoff = 500 * time.Millisecond
-	defaultMaxBackoff     = 8 * time.Second
+	defaultMaxAttempts = 5
+	defaultMaxElapsed  = 30 * time.Second
 )
 
 // drainLimit bounds what is read of a retried response's body before it is closed: a
@@ -206,7 +205,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, nil
 		}
 		if !fromServer {
-			wait = t.backoff(attempt)
+			wait = backoff.Delay(t.InitialBackoff, t.MaxBackoff, attempt)
 		}
 		now := t.clock()
 		var stop string
@@ -299,22 +298,7 @@ func (t *Transport) wait(ctx context.Context, d time.Duration) error {
 	if t.sleep != nil {
 		return t.sleep(ctx, d)
 	}
-	return sleep(ctx, d)
-}
-
-// sleep waits d, or until ctx ends: then it returns the context's cause.
-func sleep(ctx context.Context, d time.Duration) error {
-	if err := context.Cause(ctx); err != nil {
-		return err
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
+	return backoff.Sleep(ctx, d)
 }
 
 func (t *Transport) log(ctx context.Context, level slog.Level, msg string, info RetryInfo) {
