@@ -53,7 +53,7 @@ func TestConformanceRowFirst(t *testing.T) {
 
 // harness is storetest's Harness for d: each subject a migrated store with a key table
 // and an orders table of its own, reached through gormstore.MustDB; on PostgreSQL and MariaDB
-// a store behind a fault proxy for the stall tests. (SQLite is a file in the process:
+// a store behind a fault proxy for the stall and lost-reply tests. (SQLite is a file in the process:
 // nothing between the store and it can stop answering.)
 func (d dialect) harness(t *testing.T, opts ...gormstore.Option) storetest.Harness {
 	newStores := d.newStores(t, opts...)
@@ -71,6 +71,12 @@ func (d dialect) harness(t *testing.T, opts ...gormstore.Option) storetest.Harne
 			require.NoError(t, err)
 			sqlDB.SetMaxOpenConns(4) // a stall test holds one or two: the servers are shared
 			return migrated(t, db, opts...), func() func() { p.Stall(); return p.Resume }
+		}
+		h.LosingReplies = func(t *testing.T) (storage.Store, func() <-chan struct{}) {
+			p, err := d.proxyListen()
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = p.Close() })
+			return migrated(t, d.proxied(t, p.Addr()), opts...), p.LoseNextReply
 		}
 	}
 	return h

@@ -75,7 +75,7 @@ func (l *lock) open(ctx context.Context, op string) (*gorm.DB, error) {
 		return nil, wrap(ctx, op, err)
 	}
 	if l.s.dialect == sqlite {
-		res := tx.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET lease_token = lease_token WHERE scope = ? AND idem_key = ? AND lease_token = ?",
+		res := tx.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET lease_token = lease_token"+started,
 			l.scope, l.key, l.token)
 		if err := fenced(ctx, op, res); err != nil {
 			tx.Rollback()
@@ -84,6 +84,11 @@ func (l *lock) open(ctx context.Context, op string) (*gorm.DB, error) {
 	}
 	return l.s.guard(tx), nil
 }
+
+// started is the WHERE clause of the writes fenced by the lock's token: the key, still
+// started, holds it. (A completed key keeps the token that completed it: see Release.)
+// Arguments: scope, key, token.
+const started = " WHERE scope = ? AND idem_key = ? AND lease_token = ? AND state = 'started'"
 
 // fenced checks a statement fenced by the lease token: an error, or ErrLeaseLost when it
 // matched no row.
@@ -143,8 +148,8 @@ func (l *lock) Phase(ctx context.Context, point string, fn func(ctx context.Cont
 	}
 	leaseSQL, leaseArgs := l.s.plusSQL(l.s.clock(), l.lease)
 	args := append([]any{point}, leaseArgs...)
-	res := db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET recovery_point = ?, locked_until = "+leaseSQL+
-		" WHERE scope = ? AND idem_key = ? AND lease_token = ?", append(args, l.scope, l.key, l.token)...)
+	res := db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET recovery_point = ?, locked_until = "+leaseSQL+started,
+		append(args, l.scope, l.key, l.token)...)
 	if err := fenced(ctx, "phase "+point, res); err != nil {
 		if tx != nil {
 			tx.Rollback()
@@ -195,8 +200,9 @@ func (l *lock) Renew(ctx context.Context) error {
 		return nil
 	}
 	leaseSQL, leaseArgs := l.s.plusSQL(l.s.clock(), l.lease)
-	res := l.s.db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET locked_until = "+leaseSQL+
-		" WHERE scope = ? AND idem_key = ? AND lease_token = ? AND state = ?", append(leaseArgs, l.scope, l.key, l.token, string(storage.StateStarted))...)
+	// A lease Release ended (locked_until NULL) stays ended: a renewal in flight extends nothing.
+	res := l.s.db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET locked_until = "+leaseSQL+started+" AND locked_until IS NOT NULL",
+		append(leaseArgs, l.scope, l.key, l.token)...)
 	return fenced(ctx, "renew", res)
 }
 
@@ -264,9 +270,8 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	args := []any{string(storage.StateCompleted), l.point, r.Status, storage.EncodeHeader(r.Header), r.Body}
 	args = append(args, nowArgs...)
 	args = append(args, l.scope, l.key, l.token)
-	res := db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET state = ?, recovery_point = ?, locked_until = NULL, lease_token = NULL, "+
-		"response_code = ?, response_headers = ?, response_body = ?, completed_at = "+nowSQL+
-		" WHERE scope = ? AND idem_key = ? AND lease_token = ?", args...)
+	res := db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET state = ?, recovery_point = ?, locked_until = NULL, "+
+		"response_code = ?, response_headers = ?, response_body = ?, completed_at = "+nowSQL+started, args...)
 	if err := fenced(ctx, "complete", res); err != nil {
 		if tx != nil {
 			l.rollback(ctx, tx)
@@ -306,7 +311,8 @@ func (l *lock) rollback(ctx context.Context, tx *gorm.DB) error {
 
 // Release implements storage.Lock.Release. After a failed Complete it is a no-op in atomic
 // mode (the transaction is gone) and, in phased mode, gives the key up if the lease is
-// still this lock's. Its statements, the rollback included, run under ctx, which the
+// still this lock's, or finds the key completed with this lock's token (the completion
+// landed, its reply was lost) and changes nothing. Its statements, the rollback included, run under ctx, which the
 // engine bounds and does not cancel when the client hangs up.
 func (l *lock) Release(ctx context.Context) error {
 	defer l.endTx()
@@ -329,20 +335,32 @@ func (l *lock) Release(ctx context.Context) error {
 			}
 		}
 	}
-	const where = " WHERE scope = ? AND idem_key = ? AND lease_token = ?"
 	if !l.progress {
 		// Only a key still at its first point: a phase whose COMMIT outcome this worker
 		// never learned may have committed, and its progress must stay.
-		res := l.s.db.WithContext(ctx).Exec("DELETE FROM "+l.s.quoted+where+" AND recovery_point = ?",
+		res := l.s.db.WithContext(ctx).Exec("DELETE FROM "+l.s.quoted+started+" AND recovery_point = ?",
 			l.scope, l.key, l.token, storage.RecoveryStarted)
 		if res.Error != nil || res.RowsAffected == 1 {
 			return fenced(ctx, "release", res)
 		}
-		// Not deleted: taken over, or a phase committed after all; the update tells which.
+		// Not deleted: taken over, a phase committed after all, or completed by this lock.
 	}
-	// The token goes with the lease: a renewal still in flight then finds nothing to extend.
-	res := l.s.db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET locked_until = NULL, lease_token = NULL"+where, l.scope, l.key, l.token)
-	return fenced(ctx, "release", res)
+	res := l.s.db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET locked_until = NULL"+started, l.scope, l.key, l.token)
+	if res.Error != nil || res.RowsAffected == 1 {
+		return fenced(ctx, "release", res)
+	}
+	// Nothing updated: the key is still this lock's if it holds the token, completed by a
+	// Complete whose reply was lost (or, on MySQL, which counts only changed rows, already
+	// released); then there is nothing to give up. Otherwise another lock holds it.
+	var mine int64
+	if err := l.s.db.WithContext(ctx).Table(l.s.table).Where("scope = ? AND idem_key = ? AND lease_token = ?", l.scope, l.key, l.token).
+		Count(&mine).Error; err != nil {
+		return wrap(ctx, "release", err)
+	}
+	if mine == 0 {
+		return fmt.Errorf("gormstore: release: %w", storage.ErrLeaseLost)
+	}
+	return nil
 }
 
 // record inserts the completed row and commits: the one write of an atomic claim that

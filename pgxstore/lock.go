@@ -329,7 +329,9 @@ func (l *phasedLock) Complete(ctx context.Context, r *storage.Response) error {
 
 // Release rolls back the final transaction, then gives the key up: deleted when no phase
 // has committed, otherwise kept with its recovery point and its lease ended, so the next
-// retry takes over at once. Fenced by the token.
+// retry takes over at once. Fenced by the token: ErrLeaseLost only when another lock
+// holds the key; a key this lock completed (a Complete whose reply was lost) is left as
+// it is, and Release returns nil.
 func (l *phasedLock) Release(ctx context.Context) error {
 	if l.ended {
 		return nil
@@ -349,7 +351,8 @@ func (l *phasedLock) Release(ctx context.Context) error {
 		if ct.RowsAffected() == 1 {
 			return errors.Join(errs...)
 		}
-		// Not deleted: taken over, or a phase committed after all; unlease tells which.
+		// Not deleted: taken over, a phase committed after all, or completed by this
+		// lock; unlease tells which.
 	}
 	if err := l.fenced(ctx, nil, "release", l.s.q.unlease, l.scope, l.key, l.tok); err != nil {
 		errs = append(errs, err)

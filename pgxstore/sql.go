@@ -160,15 +160,17 @@ RETURNING recovery_point`, t, expired(6)),
 	locked_until = statement_timestamp() + $5::bigint * interval '1 microsecond'
 WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'started'`, t),
 
-		// renew extends the lease, fenced by the token. $1 scope, $2 key, $3 token,
+		// renew extends the lease, fenced by the token, unless Release ended it (a
+		// renewal still in flight then extends nothing). $1 scope, $2 key, $3 token,
 		// $4 lease (µs).
 		renew: fmt.Sprintf(`UPDATE %s SET locked_until = statement_timestamp() + $4::bigint * interval '1 microsecond'
-WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'started'`, t),
+WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'started' AND locked_until IS NOT NULL`, t),
 
-		// complete records the response, fenced by the token.
+		// complete records the response, fenced by the token, which the completed row
+		// keeps: a Release after a completion whose reply was lost recognises it (unlease).
 		// $1 scope, $2 key, $3 token, $4 status, $5 headers, $6 body.
 		complete: fmt.Sprintf(`UPDATE %s SET state = 'completed', response_code = $4, response_headers = $5,
-	response_body = $6, completed_at = statement_timestamp(), locked_until = NULL, lease_token = NULL
+	response_body = $6, completed_at = statement_timestamp(), locked_until = NULL
 WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'started'`, t),
 
 		// $1 scope, $2 key, $3 token.
@@ -176,8 +178,11 @@ WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'start
 		// never learned (connection lost) may have committed, and its progress must stay.
 		drop: fmt.Sprintf(`DELETE FROM %s
 WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'started' AND recovery_point = 'started'`, t),
-		unlease: fmt.Sprintf(`UPDATE %s SET locked_until = NULL, lease_token = NULL
-WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'started'`, t),
+		// unlease ends the lease of a key this token holds and keeps the token, or finds
+		// the key completed by this token (a completion whose reply was lost) and changes
+		// nothing: its locked_until is already NULL. $1 scope, $2 key, $3 token.
+		unlease: fmt.Sprintf(`UPDATE %s SET locked_until = NULL
+WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid`, t),
 
 		// DeleteExpired: the oldest keys created before $1, at most $2, skipping live
 		// leases and rows another transaction holds. PostgreSQL deletes them by ctid (a

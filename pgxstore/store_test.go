@@ -22,7 +22,8 @@ import (
 // the store supports, with both atomic claims: the default single write (the key's
 // advisory lock, the completed row inserted at Complete; at REPEATABLE READ it writes the
 // row first) and WithClaimRowFirst; each subtest has its own schema, with an orders
-// table written through pgxstore.MustTx, and the stall tests a pool behind a fault proxy.
+// table written through pgxstore.MustTx, and the stall and lost-reply tests a pool behind a
+// fault proxy.
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	for _, v := range []struct {
@@ -46,6 +47,13 @@ func TestConformance(t *testing.T) {
 						t.Cleanup(func() { _ = p.Close() })
 						store, _ := newStore(t, proxiedPool(t, p.Addr()), opts...)
 						return store, func() func() { p.Stall(); return p.Resume }
+					},
+					LosingReplies: func(t *testing.T) (storage.Store, func() <-chan struct{}) {
+						p, err := reliability.Listen(postgresServer(t))
+						require.NoError(t, err)
+						t.Cleanup(func() { _ = p.Close() })
+						store, _ := newStore(t, proxiedPool(t, p.Addr()), opts...)
+						return store, p.LoseNextReply
 					},
 				})
 			})

@@ -116,10 +116,11 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 
 // Release gives the key up: the script deletes it when no phase was ever recorded, or
 // else ends the lease at once and keeps the recovery point, so the next retry takes over
-// and resumes. Fenced by the token: after a takeover it changes nothing and returns
-// ErrLeaseLost. After a successful Complete it does nothing; after a failed one whose
-// outcome was unknown (a cut connection) it finds the completion if it landed, and then
-// changes nothing and returns nil.
+// and resumes. Fenced by the token: when another lock holds the key it changes nothing
+// and returns ErrLeaseLost; a key already gone (this release, sent again after its reply
+// was lost, deleted it) is released. After a successful Complete it does nothing; after a
+// failed one whose outcome was unknown (a cut connection) it finds the completion if it
+// landed, and then changes nothing and returns nil.
 func (l *lock) Release(ctx context.Context) error {
 	if l.ended {
 		return nil

@@ -122,11 +122,13 @@ return 1
 // point is still "started" (no phase ever recorded, whatever the client believes), or
 // else ends the lease at once and keeps the point, so the next retry takes over.
 //
-// ARGV: 1 token. Returns 1 released, 2 completed by this token (nothing to give up), or 0
-// when the token is not the key's.
+// ARGV: 1 token. Returns 1 released (also when the key is gone: this script, sent again
+// after its reply was lost, already deleted it, or it expired), 2 completed by this token
+// (nothing to give up), or 0 when another token holds the key.
 var releaseScript = redis.NewScript(`
 local k = KEYS[1]
 local r = redis.call('HMGET', k, 'st', 'tok', 'rp')
+if not r[1] then return 1 end
 if r[2] ~= ARGV[1] then return 0 end
 if r[1] == 'completed' then return 2 end
 if r[3] == 'started' then

@@ -18,7 +18,7 @@ import (
 )
 
 // TestConformance runs core/storetest on the test Redis, each subtest under a prefix of
-// its own, and the stall tests on a store behind a fault proxy.
+// its own, and the stall and lost-reply tests on a store behind a fault proxy.
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	storetest.RunHarness(t, storetest.Harness{
@@ -32,6 +32,13 @@ func TestConformance(t *testing.T) {
 			// No read or write timeout of the client's own: the store's bound is tested.
 			c := newClient(t, p.Addr(), func(o *redis.Options) { o.ReadTimeout, o.WriteTimeout = -1, -1 })
 			return redisstore.New(c, redisstore.WithPrefix(newPrefix(t))), func() func() { p.Stall(); return p.Resume }
+		},
+		LosingReplies: func(t *testing.T) (storage.Store, func() <-chan struct{}) {
+			p, err := reliability.ListenRaw(redisAddr())
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = p.Close() })
+			// go-redis sends a command again on a new connection after a lost reply.
+			return redisstore.New(newClient(t, p.Addr()), redisstore.WithPrefix(newPrefix(t))), p.LoseNextReply
 		},
 	})
 }

@@ -254,11 +254,17 @@ type Lock interface {
 	// business rows. In ModePhased it rolls back the final transaction, if open, then
 	// deletes the key if no phase has committed, or else ends the lease at once while
 	// keeping the recovery point, so the next retry takes over and resumes. Fenced by the
-	// token: after a takeover it changes nothing and returns an error wrapping
-	// ErrLeaseLost. Release is safe to call after Complete: after a successful one it
-	// changes nothing; after a failed one it releases only a lease this lock still holds
-	// (the completion provably did not land), and reports ErrLeaseLost for a lock that
-	// was taken over.
+	// token: when another lock holds the key (a takeover) it changes nothing and returns
+	// an error wrapping ErrLeaseLost, and only then.
+	//
+	// A write can land although its caller was told of an error (the connection was cut
+	// after the database ran it, and its reply was lost). Release keeps to what landed:
+	// after a Complete that failed that way but recorded the response, it finds the key
+	// completed by this lock, changes nothing and returns nil; a Release whose own reply
+	// was lost, sent again by the driver or called again, finds its work done and returns
+	// nil. Release called again, or after a successful Complete, changes nothing and
+	// returns nil. (core/storetest: ReleaseTwice, ReleaseAfterLostCompleteReply,
+	// LostReleaseReply.)
 	Release(ctx context.Context) error
 
 	// Renew extends a ModePhased lease to Claim.Lease from now, fenced by the token: after

@@ -20,6 +20,7 @@ var commonTests = []test{
 	{"MismatchOnCompleted", testMismatchOnCompleted},
 	{"ReleaseWithoutPhase", testReleaseWithoutPhase},
 	{"ReleaseAfterComplete", testReleaseAfterComplete},
+	{"ReleaseTwice", testReleaseTwice},
 	{"PhaseError", testPhaseError},
 	{"PhaseSuccess", testPhaseSuccess},
 	{"RetentionAsAbsent", testRetentionAsAbsent},
@@ -139,6 +140,32 @@ func testReleaseAfterComplete(s *suite) {
 	_ = l.Lock.Release(s.ctx)
 	s.mustReplay(c, c, created("1"))
 	s.mustReplay(s.claim("k", "b"), c, created("1"))
+}
+
+// testReleaseTwice: a lock released once and released again changes nothing the second
+// time and reports success (nil): the key stays free, or held by whoever claimed it in
+// between. So does a Release after a successful Complete, called twice: nil both times,
+// and the recorded response stays.
+func testReleaseTwice(s *suite) {
+	c := s.claim("k", "a")
+	l := s.mustFresh(c)
+	require.NoError(s.t, l.Release(s.ctx), "Release")
+	require.NoError(s.t, l.Lock.Release(s.ctx), "Release again")
+	other := s.claim("k", "b")
+	l2 := s.mustFresh(other)
+	require.NoError(s.t, l.Lock.Release(s.ctx), "Release a third time, while another lock holds the key")
+	if s.mode == storage.ModePhased {
+		s.mustStarted(other, other, storage.RecoveryStarted)
+	}
+	s.complete(l2, created("2"))
+	s.mustReplay(c, other, created("2"))
+
+	done := s.claim("done", "a")
+	l3 := s.mustFresh(done)
+	s.complete(l3, created("3"))
+	require.NoError(s.t, l3.Lock.Release(s.ctx), "Release after a successful Complete")
+	require.NoError(s.t, l3.Lock.Release(s.ctx), "Release again after a successful Complete")
+	s.mustReplay(done, done, created("3"))
 }
 
 // testPhaseError: a phase whose function fails returns that error and records nothing;

@@ -24,6 +24,17 @@ type Harness struct {
 	// the deadline in their context. A store that never waits for anything (memstore) leaves it
 	// nil.
 	Stalling func(t *testing.T) (store storage.Store, stall func() (resume func()))
+
+	// LosingReplies, when set, returns a fresh store whose connection to its database can
+	// lose a reply: loseNext arms it so that the next command the store sends that runs
+	// something (a statement, a commit, a script; not a statement's preparation) reaches
+	// the database, which runs it, and its reply never comes back: the connection is cut
+	// and the driver sees a network error (a driver that resends on such an error, as
+	// go-redis does, sends it again on a new connection). lost is closed once the reply
+	// has been dropped. The suite uses it to check the rules about work that landed
+	// although its caller was told of an error (see storage.Lock.Release). A store with no
+	// connection to lose (memstore) leaves it nil.
+	LosingReplies func(t *testing.T) (store storage.Store, loseNext func() (lost <-chan struct{}))
 }
 
 // Subject is one subtest's store.
@@ -61,7 +72,8 @@ type TxHooks struct {
 // tests h's hooks make possible: with Subject.Tx, the rules about the handler's
 // transaction (a failed phase keeps nothing of its function, the handler cannot commit
 // or roll back the key's transaction, a phase after the final transaction opened is
-// refused); with Stalling, the deadline Complete and Release keep.
+// refused); with Stalling, the deadline Complete and Release keep; with LosingReplies,
+// what Release does after a reply was lost.
 func RunHarness(t *testing.T, h Harness) {
 	t.Helper()
 	if h.New == nil {

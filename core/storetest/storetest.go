@@ -86,6 +86,17 @@ func run(t *testing.T, h Harness) {
 					tc.run(newSuite(t, sub.Store, sub.Tx, mode))
 				})
 			}
+			if h.LosingReplies != nil && mode == storage.ModePhased {
+				for _, tc := range lostReplyTests {
+					t.Run(tc.name, func(t *testing.T) {
+						t.Parallel()
+						store, loseNext := h.LosingReplies(t)
+						s := newSuite(t, store, nil, mode)
+						s.loseNext = loseNext
+						tc.run(s)
+					})
+				}
+			}
 			if h.Stalling == nil {
 				return
 			}
@@ -138,6 +149,8 @@ type suite struct {
 	ctx   context.Context
 	tx    *TxHooks               // nil unless the store shares a transaction (txTests)
 	stall func() (resume func()) // the stallTests' store's, nil otherwise
+	// loseNext is the lostReplyTests' store's, nil otherwise.
+	loseNext func() (lost <-chan struct{})
 }
 
 func newSuite(t *testing.T, store storage.Store, tx *TxHooks, mode storage.Mode) *suite {

@@ -18,8 +18,9 @@ import (
 // reaches the server, just before the server's answer reaches the client, or just after
 // (see CutAt, CutOnClientBytes and CutOnCommandComplete).
 //
-// Create it with Listen (PostgreSQL) or ListenMySQL and close it with Close. It is safe
-// for concurrent use. It needs clients that do not negotiate TLS or compression
+// Create it with Listen (PostgreSQL), ListenMySQL or ListenRaw (any other protocol, Redis's
+// say, whose messages it does not follow) and close it with Close. It is safe for
+// concurrent use. It needs clients that do not negotiate TLS or compression
 // (sslmode=disable; the MySQL driver's default).
 type Proxy struct {
 	ln     net.Listener
@@ -49,6 +50,7 @@ type protocol int
 const (
 	postgresProto protocol = iota // a type byte, a 4-byte big-endian length counting itself, the body; the client's first message has no type byte
 	mysqlProto                    // a 3-byte little-endian payload length, a sequence byte, the payload (whose first byte is the command or the reply's kind)
+	rawProto                      // not followed: every chunk a client sends is one command, every chunk a server sends one reply
 )
 
 // Moment is when, around a client's command, an armed CutAt cuts.
@@ -70,10 +72,11 @@ const (
 // trigger is an armed cut.
 type trigger struct {
 	// Exactly one of these is set: the server's CommandComplete tag (PostgreSQL), the
-	// client's simple query, or bytes the client sends.
+	// client's simple query, bytes the client sends, or any command (LoseNextReply).
 	tag     string
 	query   string
 	pattern []byte
+	next    bool
 	at      Moment
 	fired   chan struct{}
 }
@@ -85,6 +88,13 @@ func Listen(target string) (*Proxy, error) { return listen(target, postgresProto
 // ListenMySQL starts a proxy on 127.0.0.1 (a free port) forwarding every connection to
 // a MySQL or MariaDB server at target (host:port).
 func ListenMySQL(target string) (*Proxy, error) { return listen(target, mysqlProto) }
+
+// ListenRaw starts a proxy on 127.0.0.1 (a free port) forwarding every connection to a
+// server at target (host:port) whose protocol the proxy does not follow (Redis): every
+// chunk a client sends counts as one command and the server's next chunk as its reply.
+// Stall, the cuts of every connection and LoseNextReply work on it; the triggers that
+// read a protocol's messages (CutAt, CutOnCommandComplete, CutOnClientBytes) do not.
+func ListenRaw(target string) (*Proxy, error) { return listen(target, rawProto) }
 
 func listen(target string, proto protocol) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -196,6 +206,18 @@ func (p *Proxy) CutAt(query string, at Moment) <-chan struct{} {
 // closed when the cut has happened.
 func (p *Proxy) CutOnClientBytes(pattern []byte) <-chan struct{} {
 	return p.arm(&trigger{pattern: bytes.Clone(pattern), at: BeforeCommand, fired: make(chan struct{})})
+}
+
+// LoseNextReply arms a one-shot lost reply: the next command a client sends, on any
+// connection, that runs something on the server (a PostgreSQL Bind or simple Query other
+// than a ping's, a MySQL COM_QUERY or COM_STMT_EXECUTE, any chunk on a ListenRaw proxy;
+// not a statement's preparation) reaches the server, which runs it; the reply never
+// reaches the client: the proxy drops it and cuts that connection, so the client sees a
+// network error after the server did the work (a client that sends the command again
+// does so on a new connection, which the proxy accepts). The returned channel is closed
+// when the reply has been dropped.
+func (p *Proxy) LoseNextReply() <-chan struct{} {
+	return p.arm(&trigger{next: true, at: BeforeReply, fired: make(chan struct{})})
 }
 
 func (p *Proxy) arm(t *trigger) <-chan struct{} {
@@ -365,6 +387,8 @@ func (p *Proxy) fromClient(l *link, chunk []byte, f *framer) (stop bool, keep in
 				return bytes.Contains(m.body, t.pattern)
 			case t.query != "":
 				return m.isQuery(p.proto) && normQuery(m.body) == t.query
+			case t.next:
+				return m.runs(p.proto)
 			}
 			return false
 		})
@@ -398,6 +422,9 @@ func (p *Proxy) fromServer(l *link, chunk []byte, f *framer) (stop bool, keep in
 	}
 	pending := l.pending.Load()
 	if pending != nil && pending.at == BeforeReply {
+		if pending.next { // LoseNextReply: this connection only
+			return true, 0, func() { l.close(); p.cut.Add(1); close(pending.fired) }
+		}
 		return true, 0, func() { p.Down(); close(pending.fired) }
 	}
 	var t *trigger
@@ -467,6 +494,20 @@ func (m message) isQuery(proto protocol) bool {
 	return m.typ == 'Q'
 }
 
+// runs reports whether m makes the server run something (LoseNextReply): a PostgreSQL
+// Bind (the prepared statement's run follows it in the same message train) or a simple
+// Query other than pgx's ping ("-- ping"); a MySQL COM_QUERY or COM_STMT_EXECUTE; any
+// chunk of a protocol the proxy does not follow.
+func (m message) runs(proto protocol) bool {
+	switch proto {
+	case mysqlProto:
+		return m.typ == 0x03 || m.typ == 0x17
+	case rawProto:
+		return true
+	}
+	return m.typ == 'B' || m.typ == 'Q' && !bytes.HasPrefix(bytes.TrimSpace(m.body), []byte("--"))
+}
+
 // maxBody bounds what the framer keeps of a message's body.
 const maxBody = 4 << 10
 
@@ -487,6 +528,10 @@ type framer struct {
 // visit returns true. The framer must not be fed again after visit returned true (the
 // caller cuts the connection).
 func (f *framer) feed(chunk []byte, visit func(message) bool) {
+	if f.proto == rawProto {
+		visit(message{body: chunk[:min(len(chunk), maxBody)], end: len(chunk)})
+		return
+	}
 	start := 0
 	i := 0
 	for i < len(chunk) {

@@ -224,3 +224,41 @@ func TestProxyCutOnCommandComplete(t *testing.T) {
 		<-served
 	}
 }
+
+// TestProxyLoseNextReply: on a raw proxy, the command sent after LoseNextReply reaches the
+// server and its reply does not reach the client, whose connection is cut; a new
+// connection then goes through.
+func TestProxyLoseNextReply(t *testing.T) {
+	t.Parallel()
+	p, err := reliability.ListenRaw(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	if got, err := roundTrip(c, r, "before", 5*time.Second); err != nil || got != "before" {
+		t.Fatalf("before arming: %q, %v", got, err)
+	}
+	lost := p.LoseNextReply()
+	if got, err := roundTrip(c, r, "lost", 5*time.Second); err == nil {
+		t.Fatalf("the reply after LoseNextReply reached the client: %q", got)
+	}
+	select {
+	case <-lost:
+	case <-time.After(5 * time.Second):
+		t.Fatal("LoseNextReply's channel was not closed")
+	}
+	c2, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if got, err := roundTrip(c2, bufio.NewReader(c2), "after", 5*time.Second); err != nil || got != "after" {
+		t.Fatalf("a new connection after the lost reply: %q, %v", got, err)
+	}
+}
