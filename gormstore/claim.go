@@ -76,13 +76,8 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, er
 		}
 	}
 
-	// database/sql rolls a transaction back when the context it began with ends, and ctx
-	// ends with the claim's deadline (the engine's): the transaction begins with a
-	// context of its own that only the claim's deadline cancels while the claim runs
-	// (claimBounded), and the lock ends when it completes or is released.
-	txCtx := context.WithoutCancel(ctx)
 	for attempt := 1; ; attempt++ {
-		claimed, err := s.claimBounded(txCtx, ctx, c, wait)
+		claimed, err := s.claimBounded(ctx, c, wait)
 		if err == nil || attempt == claimAttempts || ctx.Err() != nil ||
 			!(errors.Is(err, errRetry) || errors.Is(err, storage.ErrTransient)) {
 			if errors.Is(err, errRetry) {
@@ -113,13 +108,15 @@ func claimedBy(l *lock, err error) (storage.Claimed, error) {
 	return storage.Claimed{Verdict: storage.VerdictAbsent, Lock: l}, nil
 }
 
-// claimBounded is claimTx with its transaction begun under a context of its own that the
-// claim's deadline (ctx, the engine's) cancels while the claim runs, so a paused
-// database cannot hold BEGIN or the claim's statements past StoreTimeout; once the claim
-// is done the transaction outlives that deadline (the handler uses it), and an atomic lock
-// ends its context when it completes or is released.
-func (s *Store) claimBounded(txCtx, ctx context.Context, c storage.Claim, wait time.Duration) (storage.Claimed, error) {
-	tctx, cancelTx := context.WithCancel(txCtx)
+// claimBounded is claimTx with its transaction begun under a context of its own.
+// database/sql ties a transaction to the context it began with (it rolls back when that
+// ends), and an atomic lock's transaction must outlive the claim's deadline (the handler
+// uses it): so the transaction's context is cut loose from ctx, and ctx's deadline (the
+// engine's) is carried over to it by hand only while the claim runs, so that a paused
+// database cannot hold BEGIN or the claim's statements past it. An atomic lock ends that
+// context when it completes or is released.
+func (s *Store) claimBounded(ctx context.Context, c storage.Claim, wait time.Duration) (storage.Claimed, error) {
+	tctx, cancelTx := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, cancelTx)
 	claimed, err := s.claimTx(tctx, ctx, c, wait)
 	stopped := stop()
@@ -400,7 +397,7 @@ func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, w
 			return storage.Claimed{}, true, wrap(ctx, "claim: select", err)
 		}
 		if exists {
-			if r, err = s.read(ctx, tx, c.Scope, c.Key, false, time.Time{}); err != nil {
+			if r, err = s.read(ctx, tx, c.Scope, c.Key, false, s.clock()); err != nil {
 				return storage.Claimed{}, true, wrap(ctx, "claim: select", err)
 			}
 		}

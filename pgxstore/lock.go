@@ -109,16 +109,10 @@ func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
 	}
 	defer l.giveBack()
 	b.Queue("commit")
-	// On the connection the lock holds, the connection's deadline (ctx's, which the engine
-	// sets and never cancels) bounds the round trip rather than the context: pgx watching
-	// a context costs it a context watch per statement, and a paused database still costs
-	// no more than the deadline: the read fails and pgx closes the connection, which ends
-	// the transaction.
 	_ = replicated(l.conn.PgConn(), "") // a warning no COMMIT of this request left
-	nc := l.conn.PgConn().Conn()
-	deadline, _ := ctx.Deadline()
-	_ = nc.SetDeadline(deadline)
-	br := l.conn.SendBatch(context.WithoutCancel(ctx), b)
+	// ctx (the engine's) bounds the round trip: at its deadline pgx gives the read up and
+	// closes the connection, which ends the transaction.
+	br := l.conn.SendBatch(ctx, b)
 	ct, err := br.Exec()
 	var commit pgconn.CommandTag
 	if err == nil {
@@ -127,7 +121,6 @@ func (l *atomicLock) Complete(ctx context.Context, r *storage.Response) error {
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	_ = nc.SetDeadline(time.Time{})
 	if err == nil && commit.String() != "COMMIT" {
 		err = fmt.Errorf("commit answered %q", commit.String())
 	}

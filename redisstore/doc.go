@@ -100,12 +100,12 @@
 // nothing changed; the driver's error stays in the chain. On a cluster client, an error that means a node is gone makes the
 // store reload the client's view of the cluster (at most every quarter of a second), so
 // a master's keys are served again as soon as its replica is promoted; a failover client
-// (Sentinel) follows the new master by itself. The claim's timeout (core.Config.StoreTimeout) bounds each of the store's
-// calls as a context deadline, which go-redis honours only with
+// (Sentinel) follows the new master by itself. The deadline the engine puts in each call's
+// context (core.Config.StoreTimeout) bounds it, which go-redis honours only with
 // redis.Options.ContextTimeoutEnabled; without it the client's ReadTimeout and
 // WriteTimeout bound them instead. The scripts are safe to send twice, as go-redis does
-// after a connection error: a claim or completion that finds its own token reports its
-// own earlier success.
+// after a connection error: a claim or completion that finds its own token, or a release
+// that finds the key gone, reports its own earlier success.
 //
 // # Running Redis for it
 //

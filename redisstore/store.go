@@ -67,8 +67,8 @@ func WithRetention(d time.Duration) Option {
 // nil, or if WithReplicaAcks is given with another kind of client.
 //
 // The client's settings decide how long a Redis that is down or paused can hold a
-// request: set ContextTimeoutEnabled so the claim's timeout (core.Config.StoreTimeout)
-// bounds every call; without it the client's ReadTimeout and WriteTimeout do (5s by
+// request: set ContextTimeoutEnabled so the deadline the engine puts in each call's
+// context (core.Config.StoreTimeout) bounds it; without it the client's ReadTimeout and WriteTimeout do (5s by
 // default), and -1 there would let a paused Redis hold requests for ever.
 //
 // On a cluster client the store reloads the client's view of the cluster itself when a
