@@ -164,6 +164,7 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim, wait time.D
 	now := s.clock()
 	token := s.newToken()
 	nowSQL, nowArgs := s.nowSQL(now)
+	leaseSQL, leaseArgs := s.leaseSQL(c, now)
 	values := map[string]any{
 		"scope":          c.Scope,
 		"idem_key":       c.Key,
@@ -172,7 +173,7 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim, wait time.D
 		"path":           c.Path,
 		"state":          string(storage.StateStarted),
 		"recovery_point": storage.RecoveryStarted,
-		"locked_until":   s.leaseExpr(c, now),
+		"locked_until":   gorm.Expr(leaseSQL, leaseArgs...),
 		"lease_token":    token,
 		"created_at":     gorm.Expr(nowSQL, nowArgs...),
 	}
@@ -180,43 +181,38 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim, wait time.D
 	if res.Error != nil {
 		return storage.Claimed{}, wrap(ctx, "claim: insert", res.Error)
 	}
-	if res.RowsAffected == 1 {
-		l, err := s.hold(ctx, tx, restore, c, token, storage.RecoveryStarted, false)
-		claimed = err == nil
-		return claimedBy(l, err)
-	}
-
-	r, err := s.read(ctx, tx, c.Scope, c.Key, true, now)
-	switch {
-	case err != nil:
-		return storage.Claimed{}, wrap(ctx, "claim: select", err)
-	case r == nil: // deleted since the insert saw it
-		return storage.Claimed{}, errRetry
-	}
-	switch v := r.verdict(c); {
-	case reports(v):
-		return reported(r, v)
-	case v == storage.VerdictAbsent:
-		q, args := s.reclaimSQL(c, token, now)
-		if res := tx.WithContext(ctx).Exec(q, args...); res.Error != nil {
-			return storage.Claimed{}, wrap(ctx, "claim: reclaim", res.Error)
-		}
-		l, err := s.hold(ctx, tx, restore, c, token, storage.RecoveryStarted, false)
-		claimed = err == nil
-		return claimedBy(l, err)
-	default: // storage.VerdictTakeOver
-		q, args := s.takeoverSQL(c, token, now)
-		res := tx.WithContext(ctx).Exec(q, args...)
+	point, takenOver := storage.RecoveryStarted, false
+	if res.RowsAffected != 1 {
+		r, err := s.read(ctx, tx, c.Scope, c.Key, true, now)
 		switch {
-		case res.Error != nil:
-			return storage.Claimed{}, wrap(ctx, "claim: take over", res.Error)
-		case res.RowsAffected != 1:
+		case err != nil:
+			return storage.Claimed{}, wrap(ctx, "claim: select", err)
+		case r == nil: // deleted since the insert saw it
 			return storage.Claimed{}, errRetry
 		}
-		l, err := s.hold(ctx, tx, restore, c, token, r.point, true)
-		claimed = err == nil
-		return claimedBy(l, err)
+		switch v := r.verdict(c); {
+		case reports(v):
+			return reported(r, v)
+		case v == storage.VerdictAbsent:
+			q, args := s.reclaimSQL(c, token, now)
+			if res := tx.WithContext(ctx).Exec(q, args...); res.Error != nil {
+				return storage.Claimed{}, wrap(ctx, "claim: reclaim", res.Error)
+			}
+		default: // storage.VerdictTakeOver
+			q, args := s.takeoverSQL(c, token, now)
+			res := tx.WithContext(ctx).Exec(q, args...)
+			switch {
+			case res.Error != nil:
+				return storage.Claimed{}, wrap(ctx, "claim: take over", res.Error)
+			case res.RowsAffected != 1:
+				return storage.Claimed{}, errRetry
+			}
+			point, takenOver = r.point, true
+		}
 	}
+	l, err := s.hold(ctx, tx, restore, c, token, point, takenOver)
+	claimed = err == nil
+	return claimedBy(l, err)
 }
 
 // hold turns the claim's transaction into a lock: atomic, it stays open for the handler;
@@ -253,22 +249,18 @@ func (s *Store) begin(ctx context.Context) (*gorm.DB, error) {
 	return tx, tx.Error
 }
 
-// leaseExpr is the locked_until of a new claim: now + lease in phased mode; none in
-// atomic mode, where the open transaction is what holds the key.
-func (s *Store) leaseExpr(c storage.Claim, now time.Time) any {
+// leaseSQL is the locked_until of a claim: now + lease in phased mode; none in atomic
+// mode, where the open transaction is what holds the key.
+func (s *Store) leaseSQL(c storage.Claim, now time.Time) (string, []any) {
 	if c.Mode != storage.ModePhased {
-		return nil
+		return "NULL", nil
 	}
-	q, args := s.plusSQL(now, c.Lease)
-	return gorm.Expr(q, args...)
+	return s.plusSQL(now, c.Lease)
 }
 
 func (s *Store) reclaimSQL(c storage.Claim, token any, now time.Time) (string, []any) {
 	nowSQL, nowArgs := s.nowSQL(now)
-	leaseSQL, leaseArgs := "NULL", []any(nil)
-	if c.Mode == storage.ModePhased {
-		leaseSQL, leaseArgs = s.plusSQL(now, c.Lease)
-	}
+	leaseSQL, leaseArgs := s.leaseSQL(c, now)
 	args := []any{c.Fingerprint, c.Method, c.Path, string(storage.StateStarted), storage.RecoveryStarted}
 	args = append(args, leaseArgs...)
 	args = append(args, token)
@@ -284,10 +276,7 @@ func (s *Store) reclaimSQL(c storage.Claim, token any, now time.Time) (string, [
 // two claimers only one sees a row affected.
 func (s *Store) takeoverSQL(c storage.Claim, token any, now time.Time) (string, []any) {
 	nowSQL, nowArgs := s.nowSQL(now)
-	leaseSQL, leaseArgs := "NULL", []any(nil)
-	if c.Mode == storage.ModePhased {
-		leaseSQL, leaseArgs = s.plusSQL(now, c.Lease)
-	}
+	leaseSQL, leaseArgs := s.leaseSQL(c, now)
 	args := append([]any{token}, leaseArgs...)
 	args = append(args, c.Scope, c.Key, string(storage.StateStarted))
 	args = append(args, nowArgs...)

@@ -236,13 +236,6 @@ func finish(ctx context.Context, end func() error, cancelTx context.CancelFunc) 
 // transaction (atomic), in the request's transaction if the handler opened one
 // (phased), or on its own; then the commit. The whole is bounded by ctx (the engine's).
 func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
-	if l.mode == storage.ModeAtomic {
-		defer func() {
-			if l.ended {
-				l.endTx()
-			}
-		}()
-	}
 	switch {
 	case r == nil:
 		return errors.New("gormstore: complete: nil response")
@@ -254,6 +247,7 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	var tx *gorm.DB
 	if l.mode == storage.ModeAtomic {
 		l.ended = true
+		defer l.endTx()
 		l.held.end()
 		tx = l.tx
 	} else if l.held != nil {

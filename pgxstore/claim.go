@@ -48,10 +48,12 @@ func (r *claimRow) dest() []any {
 // skipped, its lock result goes to r.locked.
 func (r *claimRow) lockDest() []any { return []any{nil, &r.locked} }
 
-// held is the row as storage.Decide reads it: state, fingerprint, lease and age.
-func (r *claimRow) held() storage.Record {
-	return storage.Record{State: storage.State(r.state.String), Fingerprint: r.hash,
+// verdict is storage.Decide's verdict on the row that holds the key (not one this claim
+// inserted), at the database's clock.
+func (r *claimRow) verdict(c storage.Claim) storage.Verdict {
+	held := storage.Record{State: storage.State(r.state.String), Fingerprint: r.hash,
 		LockedUntil: r.lockedUntil.Time, CreatedAt: r.createdAt}
+	return storage.Decide(&held, c, r.now.Time)
 }
 
 // record builds the Record the engine answers from.
@@ -82,41 +84,13 @@ func (r *claimRow) record(scope, key string) (*storage.Record, error) {
 	return rec, nil
 }
 
-// verdict is what a claim does with the row it read.
-type verdict int
-
-const (
-	vClaimed  verdict = iota // the statement inserted the key
-	vRecord                  // answer with the record
-	vReplace                 // absent (past retention, not live): claim it in its place
-	vTakeover                // started, lease over, same request: take it over
-	vAgain                   // the row changed under the statement: read again
-)
-
-// judge turns storage.Decide's verdict on a row (found false: none, although the key's
-// INSERT met one) into the claim's next step, and returns the verdict with it (zero when
-// Decide was not asked).
-func judge(r *claimRow, found bool, c storage.Claim) (verdict, storage.Verdict) {
-	switch {
-	case !found:
-		// The INSERT met a row its snapshot does not show: a twin that committed while
-		// this claim waited (READ COMMITTED), or a key deleted meanwhile.
-		return vAgain, 0
-	case r.claimed:
-		return vClaimed, storage.VerdictAbsent
-	}
-	held := r.held()
-	switch v := storage.Decide(&held, c, r.now.Time); v {
-	case storage.VerdictAbsent:
-		return vReplace, v
-	case storage.VerdictTakeOver:
-		return vTakeover, v
-	default:
-		return vRecord, v
-	}
+// reports tells a verdict the claim answers with the record (a replay, 422, 409) from one
+// it acts on (claims the key afresh, takes it over).
+func reports(v storage.Verdict) bool {
+	return v != storage.VerdictAbsent && v != storage.VerdictTakeOver
 }
 
-// reported is the Claimed of a record row judge gave verdict v.
+// reported is the Claimed of a record row given verdict v.
 func reported(row *claimRow, c storage.Claim, v storage.Verdict) (storage.Claimed, error) {
 	rec, err := row.record(c.Scope, c.Key)
 	if err != nil {
@@ -151,37 +125,39 @@ type reader func(row *claimRow) (found bool, err error)
 // holds still. Every write is conditional, so of several racers exactly one wins.
 func (s *Store) settle(ctx context.Context, tx pgx.Tx, c storage.Claim, tok keyrow.Token, read reader, row *claimRow, found bool) (result, error) {
 	for range maxSettle {
-		step, v := judge(row, found, c)
-		switch step {
-		case vClaimed:
+		// A row not found is one the INSERT met but its snapshot does not show: a twin
+		// that committed while this claim waited (READ COMMITTED), or a key deleted
+		// meanwhile. It is read again, as is a row a conditional write lost to a racer.
+		if found && row.claimed {
 			return result{point: storage.RecoveryStarted, pending: row.pending}, nil
-		case vRecord:
-			rec, err := row.record(c.Scope, c.Key)
-			return result{rec: rec, verdict: v}, err
-		case vReplace:
-			var created time.Time
-			err := s.scan(ctx, tx, c.LockWait, s.q.replace,
-				[]any{c.Scope, c.Key, c.Fingerprint, c.Method, c.Path, tok, c.Lease.Microseconds(), c.Retention.Microseconds()},
-				&created)
-			if err == nil {
-				return result{point: storage.RecoveryStarted}, nil
-			}
-			if !errors.Is(err, pgx.ErrNoRows) {
-				return result{}, err
-			}
-		case vTakeover:
-			var point string
-			err := s.scan(ctx, tx, c.LockWait, s.q.takeover,
-				[]any{c.Scope, c.Key, c.Fingerprint, tok, c.Lease.Microseconds(), c.Retention.Microseconds()},
-				&point)
-			if err == nil {
-				return result{point: point, takenOver: true}, nil
+		}
+		if found {
+			var err error
+			switch v := row.verdict(c); v {
+			case storage.VerdictAbsent:
+				var created time.Time
+				err = s.scan(ctx, tx, c.LockWait, s.q.replace,
+					[]any{c.Scope, c.Key, c.Fingerprint, c.Method, c.Path, tok, c.Lease.Microseconds(), c.Retention.Microseconds()},
+					&created)
+				if err == nil {
+					return result{point: storage.RecoveryStarted}, nil
+				}
+			case storage.VerdictTakeOver:
+				var point string
+				err = s.scan(ctx, tx, c.LockWait, s.q.takeover,
+					[]any{c.Scope, c.Key, c.Fingerprint, tok, c.Lease.Microseconds(), c.Retention.Microseconds()},
+					&point)
+				if err == nil {
+					return result{point: point, takenOver: true}, nil
+				}
+			default:
+				rec, err := row.record(c.Scope, c.Key)
+				return result{rec: rec, verdict: v}, err
 			}
 			if !errors.Is(err, pgx.ErrNoRows) {
 				return result{}, err
 			}
 		}
-		// Lost a race or met a row that changed: read the key again.
 		*row = claimRow{}
 		var err error
 		if found, err = read(row); err != nil {
@@ -193,11 +169,7 @@ func (s *Store) settle(ctx context.Context, tx pgx.Tx, c storage.Claim, tok keyr
 
 // scanRow runs a one-row query into row; no row is found false, not an error.
 func (s *Store) scanRow(ctx context.Context, tx pgx.Tx, wait time.Duration, sql string, args []any, row *claimRow) (bool, error) {
-	err := s.scan(ctx, tx, wait, sql, args, row.dest()...)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	return err == nil, err
+	return scanned(s.scan(ctx, tx, wait, sql, args, row.dest()...))
 }
 
 // claimPhased claims with statements that each commit on their own: a fresh key or a
@@ -231,15 +203,12 @@ func (s *Store) claimPhased(ctx context.Context, c storage.Claim) (storage.Claim
 func (s *Store) claimAtomic(ctx context.Context, c storage.Claim) (storage.Claimed, error) {
 	if s.lookupFirst {
 		var row claimRow
-		err := s.scan(ctx, nil, c.LockWait, s.q.lookup, []any{c.Scope, c.Key}, row.dest()...)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
+		found, err := s.scanRow(ctx, nil, c.LockWait, s.q.lookup, []any{c.Scope, c.Key}, &row)
+		if err != nil {
 			return storage.Claimed{}, classify(ctx, "look up", err, true)
-		default:
-			if step, v := judge(&row, true, c); step == vRecord {
-				return reported(&row, c, v)
-			}
+		}
+		if v := row.verdict(c); found && reports(v) {
+			return reported(&row, c, v)
 		}
 	}
 	deadline := time.Now().Add(c.LockWait)
@@ -257,7 +226,7 @@ func (s *Store) claimAtomic(ctx context.Context, c storage.Claim) (storage.Claim
 			if lerr != nil {
 				return storage.Claimed{}, classify(ctx, "claim: look up", lerr, true)
 			}
-			if step, v := judge(&row, found, c); step == vRecord {
+			if v := row.verdict(c); found && reports(v) {
 				return reported(&row, c, v)
 			}
 		}
@@ -280,7 +249,7 @@ func (s *Store) claimRowFirst(ctx context.Context, c storage.Claim, wait time.Du
 	args := claimArgs(c, tok, wait)
 	l := &atomicLock{s: s, scope: c.Scope, key: c.Key, tok: tok}
 	var row claimRow
-	conn, fast, err := s.dedicated(ctx, wait)
+	conn, fast, err := s.dedicated(ctx)
 	switch {
 	case err != nil:
 		return storage.Claimed{}, classify(ctx, "claim", err, true)
@@ -365,7 +334,7 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 	l := &atomicLock{s: s, scope: c.Scope, key: c.Key,
 		fingerprint: c.Fingerprint, method: c.Method, path: c.Path}
 	ms, hash := strconv.FormatInt(max(wait.Milliseconds(), 1), 10), s.lockHash(c.Scope, c.Key)
-	conn, fast, err := s.dedicated(ctx, wait)
+	conn, fast, err := s.dedicated(ctx)
 	if err != nil {
 		return storage.Claimed{}, classify(ctx, "claim", err, true)
 	}

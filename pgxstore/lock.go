@@ -59,24 +59,42 @@ func (l *atomicLock) Phase(ctx context.Context, point string, fn func(ctx contex
 	if l.ended {
 		return errEnded
 	}
-	sp := &slot{open: func(ctx context.Context) (pgx.Tx, error) { return l.tx.Begin(ctx) }}
-	err := fn(context.WithValue(ctx, ctxKey{}, sp))
-	if tx := sp.take(); tx != nil {
-		if err != nil {
-			if rerr := tx.Rollback(ctx); rerr != nil {
-				return errors.Join(err, fmt.Errorf("pgxstore: phase %q: roll back: %w", point, rerr))
-			}
-			return err
-		}
+	tx, err := runPhase(ctx, point, func(ctx context.Context) (pgx.Tx, error) { return l.tx.Begin(ctx) }, fn)
+	if err != nil {
+		return err
+	}
+	if tx != nil {
 		if err := tx.Commit(ctx); err != nil {
 			return classify(ctx, "phase "+point, err, false)
 		}
 	}
-	if err != nil {
-		return err
-	}
 	l.point = point
 	return nil
+}
+
+// runPhase runs fn with a transaction of its own, opened by open when fn first asks for
+// it. If fn fails (or panics), that transaction rolls back and runPhase returns fn's
+// error; otherwise it returns the transaction (nil if fn never asked) for the caller to
+// commit.
+func runPhase(ctx context.Context, point string, open func(ctx context.Context) (pgx.Tx, error), fn func(ctx context.Context) error) (pgx.Tx, error) {
+	sp := &slot{open: open}
+	returned := false
+	defer func() { // fn panicked (or called runtime.Goexit): end its transaction, keep its connection out of limbo
+		if !returned {
+			if tx := sp.take(); tx != nil {
+				_ = tx.Rollback(ctx)
+			}
+		}
+	}()
+	err := fn(context.WithValue(ctx, ctxKey{}, sp))
+	returned = true
+	tx := sp.take()
+	if err != nil && tx != nil {
+		if rerr := tx.Rollback(ctx); rerr != nil {
+			return nil, errors.Join(err, fmt.Errorf("pgxstore: phase %q: roll back: %w", point, rerr))
+		}
+	}
+	return tx, err
 }
 
 // Renew does nothing: the claim's open transaction holds the key, with no lease to renew.
@@ -246,24 +264,8 @@ func (l *phasedLock) Phase(ctx context.Context, point string, fn func(ctx contex
 	if l.final.isOpen() {
 		return errFinalOpen
 	}
-	sp := &slot{open: func(ctx context.Context) (pgx.Tx, error) { return l.s.begin(ctx, holdWait) }}
-	returned := false
-	defer func() { // fn panicked (or called runtime.Goexit): end its transaction, keep its connection out of limbo
-		if !returned {
-			if tx := sp.take(); tx != nil {
-				_ = tx.Rollback(ctx)
-			}
-		}
-	}()
-	err := fn(context.WithValue(ctx, ctxKey{}, sp))
-	returned = true
-	tx := sp.take()
+	tx, err := runPhase(ctx, point, func(ctx context.Context) (pgx.Tx, error) { return l.s.begin(ctx, holdWait) }, fn)
 	if err != nil {
-		if tx != nil {
-			if rerr := tx.Rollback(ctx); rerr != nil {
-				return errors.Join(err, fmt.Errorf("pgxstore: phase %q: roll back: %w", point, rerr))
-			}
-		}
 		return err
 	}
 	if err := l.fenced(ctx, tx, "phase "+point, l.s.q.phase, l.scope, l.key, l.tok, point, l.lease.Microseconds()); err != nil {

@@ -80,7 +80,7 @@ func (s *Store) execCommitted(ctx context.Context, tx pgx.Tx, op, sql string, ar
 	if tx != nil || op != "complete" {
 		return s.exec(ctx, tx, sql, args...)
 	}
-	h, ok, err := s.dedicated(ctx, holdWait)
+	h, ok, err := s.dedicated(ctx)
 	if !ok {
 		return s.exec(ctx, nil, sql, args...)
 	}

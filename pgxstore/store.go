@@ -243,11 +243,6 @@ func (s *Store) hold(ctx context.Context, wait time.Duration) (release func(), e
 	if s.sem == nil {
 		return func() {}, nil
 	}
-	select {
-	case s.sem <- struct{}{}:
-		return s.unhold, nil
-	default:
-	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
@@ -350,41 +345,32 @@ type acquirer interface {
 	Acquire(ctx context.Context) (*pgxpool.Conn, error)
 }
 
-// held is a connection a transaction has to itself: one of the pool's, or the store's
-// single *pgx.Conn. The zero held is none.
+// held is a pool's connection a transaction has to itself. The zero held is none.
 type held struct {
 	conn   *pgx.Conn
 	pooled *pgxpool.Conn // conn's, from the pool
-	single *Store        // the store whose single connection conn is
 }
 
-// giveBack returns the connection to its pool or frees the single connection, once.
+// giveBack returns the connection to its pool, once.
 func (h *held) giveBack() {
-	switch {
-	case h.pooled != nil:
+	if h.pooled != nil {
 		h.pooled.Release()
-	case h.single != nil:
-		h.single.unhold()
 	}
 	*h = held{}
 }
 
-// dedicated returns a connection the caller has to itself until it gives it back, when
-// the DB offers one (a pool, or a single *pgx.Conn); ok is false otherwise (a pgx.Tx, or
-// another DB), and the caller goes through Begin.
-func (s *Store) dedicated(ctx context.Context, wait time.Duration) (h held, ok bool, err error) {
-	switch db := s.db.(type) {
-	case acquirer:
-		pc, err := db.Acquire(ctx)
-		if err != nil {
-			return held{}, true, err
-		}
-		return held{conn: pc.Conn(), pooled: pc}, true, nil
-	case *pgx.Conn:
-		if _, err := s.hold(ctx, wait); err != nil {
-			return held{}, true, err
-		}
-		return held{conn: db, single: s}, true, nil
+// dedicated returns a connection of the pool's that the caller has to itself until it
+// gives it back; ok is false when the DB is not a pool (a *pgx.Conn, a pgx.Tx), and the
+// caller goes through begin. (On one *pgx.Conn, a tool's or a test's, BEGIN then costs a
+// round trip of its own.)
+func (s *Store) dedicated(ctx context.Context) (h held, ok bool, err error) {
+	db, ok := s.db.(acquirer)
+	if !ok {
+		return held{}, false, nil
 	}
-	return held{}, false, nil
+	pc, err := db.Acquire(ctx)
+	if err != nil {
+		return held{}, true, err
+	}
+	return held{conn: pc.Conn(), pooled: pc}, true, nil
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemkit/idem/core/storage"
 )
 
@@ -72,13 +74,20 @@ func (l *lock) Renew(ctx context.Context) error {
 	return l.renew(ctx, "renew", nil)
 }
 
-// renew runs the renew script: the lease, and point when not nil.
+// renew runs the renew script: the lease, and point when not nil. A recorded point waits
+// for the replicas.
 func (l *lock) renew(ctx context.Context, op string, point *string) error {
-	args := []any{l.tok, l.lease.Microseconds()}
+	args := []any{l.lease.Microseconds()}
 	if point != nil {
 		args = append(args, *point)
 	}
-	n, err := l.s.run(ctx, renewScript, l.key, point != nil, args...).Int() // a recorded point waits for the replicas
+	return l.fenced(ctx, op, renewScript, point != nil, args...)
+}
+
+// fenced runs script on the lock's key with the lock's token, then args: a script that
+// answers 0 found another token there (storage.ErrLeaseLost).
+func (l *lock) fenced(ctx context.Context, op string, script *redis.Script, acked bool, args ...any) error {
+	n, err := l.s.run(ctx, script, l.key, acked, append([]any{l.tok}, args...)...).Int()
 	switch {
 	case err != nil:
 		return classify(ctx, op, err)
@@ -102,13 +111,8 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	if body == nil {
 		body = []byte{}
 	}
-	n, err := l.s.run(ctx, completeScript, l.key, true,
-		l.tok, r.Status, storage.EncodeHeader(r.Header), body).Int()
-	switch {
-	case err != nil:
-		return classify(ctx, "complete", err)
-	case n == 0:
-		return fmt.Errorf("redisstore: complete: %w", storage.ErrLeaseLost)
+	if err := l.fenced(ctx, "complete", completeScript, true, r.Status, storage.EncodeHeader(r.Header), body); err != nil {
+		return err
 	}
 	l.ended = true
 	return nil
@@ -126,12 +130,5 @@ func (l *lock) Release(ctx context.Context) error {
 		return nil
 	}
 	l.ended = true
-	n, err := l.s.run(ctx, releaseScript, l.key, false, l.tok).Int()
-	switch {
-	case err != nil:
-		return classify(ctx, "release", err)
-	case n == 0:
-		return fmt.Errorf("redisstore: release: %w", storage.ErrLeaseLost)
-	}
-	return nil
+	return l.fenced(ctx, "release", releaseScript, false)
 }
