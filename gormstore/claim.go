@@ -62,8 +62,6 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, er
 	if c.Fingerprint == nil {
 		c.Fingerprint = []byte{}
 	}
-	wait := c.LockWait
-
 	if c.Mode == storage.ModePhased || s.lookupFirst {
 		r, err := s.read(ctx, s.db, c.Scope, c.Key, false, s.clock())
 		if err != nil {
@@ -77,7 +75,7 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, er
 	}
 
 	for attempt := 1; ; attempt++ {
-		claimed, err := s.claimBounded(ctx, c, wait)
+		claimed, err := s.claimBounded(ctx, c)
 		if err == nil || attempt == claimAttempts || ctx.Err() != nil ||
 			!(errors.Is(err, errRetry) || errors.Is(err, storage.ErrTransient)) {
 			if errors.Is(err, errRetry) {
@@ -115,10 +113,10 @@ func claimedBy(l *lock, err error) (storage.Claimed, error) {
 // engine's) is carried over to it by hand only while the claim runs, so that a paused
 // database cannot hold BEGIN or the claim's statements past it. An atomic lock ends that
 // context when it completes or is released.
-func (s *Store) claimBounded(ctx context.Context, c storage.Claim, wait time.Duration) (storage.Claimed, error) {
+func (s *Store) claimBounded(ctx context.Context, c storage.Claim) (storage.Claimed, error) {
 	tctx, cancelTx := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, cancelTx)
-	claimed, err := s.claimTx(tctx, ctx, c, wait)
+	claimed, err := s.claimTx(tctx, ctx, c)
 	stopped := stop()
 	held, atomic := claimed.Lock.(*lock)
 	if err != nil || !atomic || held == nil || held.tx == nil {
@@ -134,21 +132,21 @@ func (s *Store) claimBounded(ctx context.Context, c storage.Claim, wait time.Dur
 }
 
 // claimTx is one attempt at a claim, in a transaction of its own.
-func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim, wait time.Duration) (_ storage.Claimed, err error) {
+func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim) (_ storage.Claimed, err error) {
 	tx, err := s.begin(txCtx)
 	if err != nil {
 		return storage.Claimed{}, wrap(ctx, "claim: begin", err)
 	}
 	restore := noRestore
 	if s.singleWrite(c) {
-		claimed, done, err := s.claimLocked(ctx, tx, c, wait)
+		claimed, done, err := s.claimLocked(ctx, tx, c)
 		if done || err != nil {
 			return claimed, err
 		}
 		// A row holds the key, or the transaction is not at READ COMMITTED: the claim
 		// below writes or locks the row in this transaction, under the lock wait the claim
 		// statement set for the transaction.
-	} else if restore, err = s.setLockWait(ctx, tx, wait); err != nil {
+	} else if restore, err = s.setLockWait(ctx, tx, c.LockWait); err != nil {
 		tx.Rollback()
 		return storage.Claimed{}, wrap(ctx, "claim: lock wait", err)
 	}
@@ -366,7 +364,7 @@ func claimSQL(quoted string) string {
 // that accepts the call and does not lock, a snapshot at REPEATABLE READ taken just
 // before a twin committed), Complete's INSERT fails on the twin's row and the whole
 // transaction rolls back (storage.ErrTransient).
-func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, wait time.Duration) (claimed storage.Claimed, done bool, err error) {
+func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim) (claimed storage.Claimed, done bool, err error) {
 	defer func() {
 		if err != nil || claimed.Record != nil {
 			tx.Rollback()
@@ -374,7 +372,7 @@ func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim, w
 	}()
 	// tx runs under the claim's own context, which claimBounded ends with ctx: no
 	// WithContext (a GORM session) per statement.
-	r, locked, err := s.claimRow(tx, c, s.lockHash(c.Scope, c.Key), waitMillis(wait))
+	r, locked, err := s.claimRow(tx, c, s.lockHash(c.Scope, c.Key), waitMillis(c.LockWait))
 	if err != nil {
 		return storage.Claimed{}, true, wrap(ctx, "claim", err)
 	}

@@ -2,7 +2,6 @@ package gormstore
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -116,7 +115,7 @@ func (s *Store) setLockWait(ctx context.Context, tx *gorm.DB, wait time.Duration
 		}, nil
 	default:
 		var prev int64
-		if err := scanOne(db.Raw("PRAGMA busy_timeout"), &prev); err != nil {
+		if err := db.Raw("PRAGMA busy_timeout").Row().Scan(&prev); err != nil {
 			return nil, err
 		}
 		if err := db.Exec(fmt.Sprintf("PRAGMA busy_timeout = %d", waitMillis(wait))).Error; err != nil {
@@ -130,25 +129,6 @@ func (s *Store) setLockWait(ctx context.Context, tx *gorm.DB, wait time.Duration
 
 // noRestore is the restore of a lock wait that ends with its transaction: PostgreSQL's.
 func noRestore() error { return nil }
-
-// scanOne runs a query expected to return one row and scans it.
-func scanOne(q *gorm.DB, dest ...any) error {
-	rows, err := q.Rows()
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return sql.ErrNoRows
-	}
-	if err := rows.Scan(dest...); err != nil {
-		return err
-	}
-	return rows.Close()
-}
 
 // errKind sorts database errors into what the engine answers.
 type errKind int

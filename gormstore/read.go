@@ -52,13 +52,13 @@ func (s *Store) CountKeys(ctx context.Context) (*storage.KeyCounts, error) {
 	db := s.db.WithContext(ctx)
 	wall := s.dialect != postgres
 	kc := &storage.KeyCounts{}
-	if err := scanOne(db.Raw(q, args...), &kc.Started, &kc.Completed, &kc.Live, &kc.Expired, &kc.ExpiredLive,
+	if err := db.Raw(q, args...).Row().Scan(&kc.Started, &kc.Completed, &kc.Live, &kc.Expired, &kc.ExpiredLive,
 		keyrow.TimeScanner{Dest: &kc.Now, Wall: wall}); err != nil {
 		return nil, wrap(ctx, "count keys", err)
 	}
 	o := &storage.Record{}
 	var state string
-	err := scanOne(db.Raw("SELECT scope, idem_key, state, created_at FROM "+s.quoted+" ORDER BY created_at LIMIT 1"),
+	err := db.Raw("SELECT scope, idem_key, state, created_at FROM "+s.quoted+" ORDER BY created_at LIMIT 1").Row().Scan(
 		&o.Scope, &o.Key, &state, keyrow.TimeScanner{Dest: &o.CreatedAt, Wall: wall})
 	switch {
 	case errors.Is(err, sql.ErrNoRows):

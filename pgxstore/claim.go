@@ -249,29 +249,12 @@ func (s *Store) claimRowFirst(ctx context.Context, c storage.Claim, wait time.Du
 	args := claimArgs(c, tok, wait)
 	l := &atomicLock{s: s, scope: c.Scope, key: c.Key, tok: tok}
 	var row claimRow
-	conn, fast, err := s.dedicated(ctx)
-	switch {
-	case err != nil:
-		return storage.Claimed{}, classify(ctx, "claim", err, true)
-	case fast:
-		// BEGIN and the claim in one round trip.
-		l.held = conn
-		b := &pgx.Batch{}
-		b.BeginTx(pgx.TxOptions{IsoLevel: s.iso})
-		b.Queue(s.q.insert, args...)
-		br := l.conn.SendBatch(ctx, b)
-		l.tx = br.Tx()
-		if _, err = br.Exec(); err == nil {
-			err = br.QueryRow().Scan(&row.claimed)
-		}
+	br, err := l.begin(ctx, wait, &pgx.QueuedQuery{SQL: s.q.insert, Arguments: args})
+	if err == nil {
+		err = br.QueryRow().Scan(&row.claimed)
 		if cerr := br.Close(); cerr != nil && (err == nil || errors.Is(err, pgx.ErrNoRows)) {
 			err = cerr
 		}
-	default:
-		if l.tx, err = s.begin(ctx, wait); err != nil {
-			return storage.Claimed{}, classify(ctx, "claim", err, true)
-		}
-		err = l.tx.QueryRow(ctx, s.q.insert, args...).Scan(&row.claimed)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = nil
@@ -309,6 +292,34 @@ func (s *Store) claimRowFirst(ctx context.Context, c storage.Claim, wait time.Du
 	return claimedBy(l, l.takenOver), nil
 }
 
+// begin opens the lock's transaction and sends qs in it: on a pool's connection BEGIN
+// goes in the same round trip. The results start at qs[0]; an error is BEGIN's. On an
+// error the caller aborts the lock.
+func (l *atomicLock) begin(ctx context.Context, wait time.Duration, qs ...*pgx.QueuedQuery) (pgx.BatchResults, error) {
+	conn, fast, err := l.s.dedicated(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b := &pgx.Batch{}
+	if !fast {
+		if l.tx, err = l.s.begin(ctx, wait); err != nil {
+			return nil, err
+		}
+		b.QueuedQueries = qs
+		return l.tx.SendBatch(ctx, b), nil
+	}
+	l.held = conn
+	b.BeginTx(pgx.TxOptions{IsoLevel: l.s.iso})
+	b.QueuedQueries = append(b.QueuedQueries, qs...)
+	br := l.conn.SendBatch(ctx, b)
+	l.tx = br.Tx()
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return br, nil
+}
+
 // errWaited makes an atomic claim at REPEATABLE READ or SERIALIZABLE start again after
 // waiting for a twin: its snapshot was taken before the twin committed.
 var errWaited = fmt.Errorf("pgxstore: claim: waited for a twin: %w", storage.ErrTransient)
@@ -334,45 +345,26 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 	l := &atomicLock{s: s, scope: c.Scope, key: c.Key,
 		fingerprint: c.Fingerprint, method: c.Method, path: c.Path}
 	ms, hash := strconv.FormatInt(max(wait.Milliseconds(), 1), 10), s.lockHash(c.Scope, c.Key)
-	conn, fast, err := s.dedicated(ctx)
-	if err != nil {
-		return storage.Claimed{}, classify(ctx, "claim", err, true)
-	}
 	row := &claimRow{}
-	b := &pgx.Batch{}
-	if fast {
-		l.held = conn
-		b.BeginTx(pgx.TxOptions{IsoLevel: s.iso})
-	} else if l.tx, err = s.begin(ctx, wait); err != nil {
-		return storage.Claimed{}, classify(ctx, "claim", err, true)
-	}
-	b.Queue(s.q.tryLock, ms, hash, c.Scope, c.Key)
-	b.Queue(s.q.lookup, c.Scope, c.Key)
-	var br pgx.BatchResults
-	if fast {
-		br = l.conn.SendBatch(ctx, b)
-		l.tx = br.Tx()
-		_, err = br.Exec()
-	} else {
-		br = l.tx.SendBatch(ctx, b)
-	}
 	var found bool
+	br, err := l.begin(ctx, wait, &pgx.QueuedQuery{SQL: s.q.tryLock, Arguments: []any{ms, hash, c.Scope, c.Key}},
+		&pgx.QueuedQuery{SQL: s.q.lookup, Arguments: []any{c.Scope, c.Key}})
 	if err == nil {
 		err = br.QueryRow().Scan(row.lockDest()...)
+		if err == nil {
+			found, err = scanned(br.QueryRow().Scan(row.dest()...))
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
 	}
 	locked := row.locked
-	if err == nil {
-		found, err = scanned(br.QueryRow().Scan(row.dest()...))
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
 	if err == nil && (locked.Valid && !locked.Bool || !locked.Valid && !found) {
 		// A twin holds the key's lock (or, rarely, a key of the same hash), or the row
 		// that held the key went away between the two statements.
 		*row = claimRow{}
 		if s.iso == pgx.ReadCommitted {
-			b = &pgx.Batch{}
+			b := &pgx.Batch{}
 			b.Queue(s.q.lock, ms, hash)
 			b.Queue(s.q.lookup, c.Scope, c.Key)
 			br = l.tx.SendBatch(ctx, b)

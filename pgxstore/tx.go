@@ -78,7 +78,7 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 	}
 	tx, err := src.tx(ctx)
 	if err != nil {
-		return failedTx{err}, true
+		return &handlerTx{failed: err}, true
 	}
 	return tx, true
 }
@@ -138,34 +138,55 @@ func (s *slot) take() pgx.Tx {
 }
 
 // handlerTx is the transaction as the handler sees it: everything but Commit and Rollback,
-// until the store takes it back.
+// until the store takes it back. One that could not begin (failed) reports that error
+// from every method.
 type handlerTx struct {
 	inner  pgx.Tx
 	closed atomic.Bool
+	failed error
 }
 
 var _ pgx.Tx = (*handlerTx)(nil)
 
+// refused is what every method but Commit and Rollback returns instead of running: the
+// error of a transaction that could not begin, or errSlotClosed once the store took it
+// back.
+func (t *handlerTx) refused() error {
+	if t.failed == nil && t.closed.Load() {
+		return errSlotClosed
+	}
+	return t.failed
+}
+
 func (t *handlerTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	if t.closed.Load() {
-		return nil, errSlotClosed
+	if err := t.refused(); err != nil {
+		return nil, err
 	}
 	return t.inner.Begin(ctx)
 }
 
-func (t *handlerTx) Commit(context.Context) error   { return ErrTxOwned }
-func (t *handlerTx) Rollback(context.Context) error { return ErrTxOwned }
+// Commit and Rollback are the store's: they end nothing (ErrTxOwned, or the error of a
+// transaction that could not begin).
+func (t *handlerTx) Commit(context.Context) error   { return t.owned() }
+func (t *handlerTx) Rollback(context.Context) error { return t.owned() }
+
+func (t *handlerTx) owned() error {
+	if t.failed != nil {
+		return t.failed
+	}
+	return ErrTxOwned
+}
 
 func (t *handlerTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
-	if t.closed.Load() {
-		return 0, errSlotClosed
+	if err := t.refused(); err != nil {
+		return 0, err
 	}
 	return t.inner.CopyFrom(ctx, table, cols, src)
 }
 
 func (t *handlerTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if t.closed.Load() {
-		return pgx.FailedBatchResults(b, errSlotClosed)
+	if err := t.refused(); err != nil {
+		return pgx.FailedBatchResults(b, err)
 	}
 	return t.inner.SendBatch(ctx, b)
 }
@@ -173,73 +194,46 @@ func (t *handlerTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResult
 // LargeObjects returns the large objects of the transaction; like the transaction, they
 // are valid until the handler returns.
 func (t *handlerTx) LargeObjects() pgx.LargeObjects {
-	if t.closed.Load() {
+	if t.refused() != nil {
 		return pgx.LargeObjects{}
 	}
 	return t.inner.LargeObjects()
 }
 
 func (t *handlerTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if t.closed.Load() {
-		return nil, errSlotClosed
+	if err := t.refused(); err != nil {
+		return nil, err
 	}
 	return t.inner.Prepare(ctx, name, sql)
 }
 
 func (t *handlerTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if t.closed.Load() {
-		return pgconn.CommandTag{}, errSlotClosed
+	if err := t.refused(); err != nil {
+		return pgconn.CommandTag{}, err
 	}
 	return t.inner.Exec(ctx, sql, args...)
 }
 
 func (t *handlerTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if t.closed.Load() {
-		return errRows{errSlotClosed}, errSlotClosed
+	if err := t.refused(); err != nil {
+		return errRows{err}, err
 	}
 	return t.inner.Query(ctx, sql, args...)
 }
 
 func (t *handlerTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if t.closed.Load() {
-		return errRows{errSlotClosed}
+	if err := t.refused(); err != nil {
+		return errRows{err}
 	}
 	return t.inner.QueryRow(ctx, sql, args...)
 }
 
 func (t *handlerTx) Conn() *pgx.Conn {
-	if t.closed.Load() {
+	if t.refused() != nil {
 		return nil
 	}
 	return t.inner.Conn()
 }
-
-// failedTx reports the error of beginning a transaction from every method.
-type failedTx struct{ err error }
-
-var _ pgx.Tx = failedTx{}
-
-func (t failedTx) Begin(context.Context) (pgx.Tx, error) { return nil, t.err }
-func (t failedTx) Commit(context.Context) error          { return t.err }
-func (t failedTx) Rollback(context.Context) error        { return t.err }
-func (t failedTx) CopyFrom(context.Context, pgx.Identifier, []string, pgx.CopyFromSource) (int64, error) {
-	return 0, t.err
-}
-func (t failedTx) SendBatch(_ context.Context, b *pgx.Batch) pgx.BatchResults {
-	return pgx.FailedBatchResults(b, t.err)
-}
-func (t failedTx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
-func (t failedTx) Prepare(context.Context, string, string) (*pgconn.StatementDescription, error) {
-	return nil, t.err
-}
-func (t failedTx) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
-	return pgconn.CommandTag{}, t.err
-}
-func (t failedTx) Query(context.Context, string, ...any) (pgx.Rows, error) {
-	return errRows{t.err}, t.err
-}
-func (t failedTx) QueryRow(context.Context, string, ...any) pgx.Row { return errRows{t.err} }
-func (t failedTx) Conn() *pgx.Conn                                  { return nil }
 
 // errRows is an empty result that reports err.
 type errRows struct{ err error }
