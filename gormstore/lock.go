@@ -142,18 +142,10 @@ func (l *lock) Phase(ctx context.Context, point string, fn func(ctx context.Cont
 		return err
 	}
 	tx := h.end()
-	db := l.s.db
-	if tx != nil {
-		db = tx
-	}
 	leaseSQL, leaseArgs := l.s.plusSQL(l.s.clock(), l.lease)
 	args := append([]any{point}, leaseArgs...)
-	res := db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET recovery_point = ?, locked_until = "+leaseSQL+started,
-		append(args, l.scope, l.key, l.token)...)
-	if err := fenced(ctx, "phase "+point, res); err != nil {
-		if tx != nil {
-			tx.Rollback()
-		}
+	if _, err := l.write(ctx, tx, "phase "+point, "UPDATE "+l.s.quoted+" SET recovery_point = ?, locked_until = "+leaseSQL+started,
+		append(args, l.scope, l.key, l.token)...); err != nil {
 		return err
 	}
 	if tx != nil {
@@ -253,10 +245,6 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	} else if l.held != nil {
 		tx = l.held.end()
 	}
-	db := l.s.db
-	if tx != nil {
-		db = tx
-	}
 	if l.pending {
 		return l.record(ctx, tx, r)
 	}
@@ -264,12 +252,8 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	args := []any{string(storage.StateCompleted), l.point, r.Status, storage.EncodeHeader(r.Header), r.Body}
 	args = append(args, nowArgs...)
 	args = append(args, l.scope, l.key, l.token)
-	res := db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET state = ?, recovery_point = ?, locked_until = NULL, "+
-		"response_code = ?, response_headers = ?, response_body = ?, completed_at = "+nowSQL+started, args...)
-	if err := fenced(ctx, "complete", res); err != nil {
-		if tx != nil {
-			l.rollback(ctx, tx)
-		}
+	if res, err := l.write(ctx, tx, "complete", "UPDATE "+l.s.quoted+" SET state = ?, recovery_point = ?, locked_until = NULL, "+
+		"response_code = ?, response_headers = ?, response_body = ?, completed_at = "+nowSQL+started, args...); err != nil {
 		if l.mode == storage.ModeAtomic && res.Error == nil {
 			// No lease to lose: the claim's own transaction holds the row, so it is gone
 			// only if that transaction ended under the handler. Not ErrLeaseLost, which
@@ -285,6 +269,21 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	}
 	l.ended = true
 	return nil
+}
+
+// write runs a statement fenced by the lock's token in tx (on its own when tx is nil): an
+// error, or ErrLeaseLost when it matched no row, rolls tx back.
+func (l *lock) write(ctx context.Context, tx *gorm.DB, op, q string, args ...any) (*gorm.DB, error) {
+	db := l.s.db
+	if tx != nil {
+		db = tx
+	}
+	res := db.WithContext(ctx).Exec(q, args...)
+	err := fenced(ctx, op, res)
+	if err != nil && tx != nil {
+		l.rollback(ctx, tx)
+	}
+	return res, err
 }
 
 // commit commits tx, the claim's or the request's final transaction, within ctx's
