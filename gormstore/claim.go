@@ -44,8 +44,8 @@ var errRetry = errors.New("gormstore: claim raced, retrying")
 //     Writers are serialized: in atomic mode a request holds the write lock until it
 //     completes, so any other claim waits for it, up to its lock wait.
 //
-// In atomic mode the returned lock's transaction is bound to ctx: if ctx ends before
-// Complete, the transaction rolls back. On PostgreSQL lock_timeout stays c.LockWait for
+// In atomic mode the returned lock's transaction outlives ctx, whose deadline bounds the
+// claim only (see claimBounded): it ends with Complete or Release. On PostgreSQL lock_timeout stays c.LockWait for
 // the rest of that transaction, so a handler's statement that waits for a row lock fails
 // after it (55P03); on MySQL/MariaDB and SQLite the connection's own setting is back
 // before the handler runs.
