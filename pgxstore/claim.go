@@ -192,7 +192,7 @@ func (s *Store) claimPhased(ctx context.Context, c storage.Claim) (storage.Claim
 	}
 	l := &phasedLock{s: s, scope: c.Scope, key: c.Key, tok: tok, lease: c.Lease,
 		point: res.point, takenOver: res.takenOver, progress: res.point != storage.RecoveryStarted}
-	l.final = &slot{open: func(ctx context.Context) (pgx.Tx, error) { return s.begin(ctx, holdWait) }}
+	l.final = &slot{open: func(ctx context.Context) (pgx.Tx, error) { return s.begin(ctx, 0) }}
 	return claimedBy(l, l.takenOver), nil
 }
 

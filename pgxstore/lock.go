@@ -264,7 +264,7 @@ func (l *phasedLock) Phase(ctx context.Context, point string, fn func(ctx contex
 	if l.final.isOpen() {
 		return errFinalOpen
 	}
-	tx, err := runPhase(ctx, point, func(ctx context.Context) (pgx.Tx, error) { return l.s.begin(ctx, holdWait) }, fn)
+	tx, err := runPhase(ctx, point, func(ctx context.Context) (pgx.Tx, error) { return l.s.begin(ctx, 0) }, fn)
 	if err != nil {
 		return err
 	}

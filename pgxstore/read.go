@@ -20,7 +20,7 @@ var (
 // commits.
 func (s *Store) Lookup(ctx context.Context, scope, key string) (*storage.Record, time.Time, error) {
 	var row claimRow
-	found, err := s.scanRow(ctx, nil, holdWait, s.q.lookup, []any{scope, key}, &row)
+	found, err := s.scanRow(ctx, nil, 0, s.q.lookup, []any{scope, key}, &row)
 	switch {
 	case err != nil:
 		return nil, time.Time{}, classify(ctx, "look up", err, false)
@@ -35,12 +35,12 @@ func (s *Store) Lookup(ctx context.Context, scope, key string) (*storage.Record,
 // scan), another reads the oldest key (by the created_at index).
 func (s *Store) CountKeys(ctx context.Context) (*storage.KeyCounts, error) {
 	kc := &storage.KeyCounts{}
-	if err := s.scan(ctx, nil, holdWait, s.q.count, []any{s.retention.Microseconds()},
+	if err := s.scan(ctx, nil, 0, s.q.count, []any{s.retention.Microseconds()},
 		&kc.Started, &kc.Completed, &kc.Live, &kc.Expired, &kc.ExpiredLive, &kc.Now); err != nil {
 		return nil, classify(ctx, "count keys", err, false)
 	}
 	o := &storage.Record{}
-	err := s.scan(ctx, nil, holdWait, s.q.oldest, nil, &o.Scope, &o.Key, &o.State, &o.CreatedAt)
+	err := s.scan(ctx, nil, 0, s.q.oldest, nil, &o.Scope, &o.Key, &o.State, &o.CreatedAt)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:

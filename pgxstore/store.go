@@ -23,8 +23,8 @@ import (
 // completion and COMMIT in another. A *pgx.Conn is one connection: the store lets one
 // transaction use it at a time, so one atomic request (or one phased request's final
 // transaction) runs at a time and others wait for the connection, a claim up to its lock
-// wait and a phase, a completion or another statement up to a minute (holdWait), then get
-// storage.ErrTransient; that suits tests and command-line tools. With a pgx.Tx every claim
+// wait (then storage.ErrTransient) and other statements as long as their context allows,
+// as for a pool's connection; that suits tests and command-line tools. With a pgx.Tx every claim
 // is a savepoint in your transaction and commits only when you commit it; a twin in the
 // same transaction is not held off, so use it for code that handles one request at a time.
 type DB interface {
@@ -236,36 +236,37 @@ func claimArgs(c storage.Claim, tok keyrow.Token, wait time.Duration) []any {
 		c.Lease.Microseconds(), strconv.FormatInt(ms, 10)}
 }
 
-// hold takes the connection of a single-connection DB, waiting up to wait (then
-// storage.ErrTransient: another request, maybe with another key, is using it). For a pool it
-// does nothing.
+// hold takes the connection of a single-connection DB, waiting as long as ctx allows and,
+// for a claim, at most its lock wait (wait; then storage.ErrTransient: another request,
+// maybe with another key, is using it). For a pool it does nothing.
 func (s *Store) hold(ctx context.Context, wait time.Duration) (release func(), err error) {
 	if s.sem == nil {
 		return func() {}, nil
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
+	var waited <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		waited = t.C
+	}
 	select {
 	case s.sem <- struct{}{}:
 		return s.unhold, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
-	case <-t.C:
+	case <-waited:
 		return nil, fmt.Errorf("pgxstore: the store's single connection stayed busy for %v: %w", wait, storage.ErrTransient)
 	}
 }
 
 func (s *Store) unhold() { <-s.sem }
 
-// holdWait is how long statements outside a claim wait for a single connection.
-const holdWait = time.Minute
-
 // exec runs one statement, in tx or (tx nil) on its own.
 func (s *Store) exec(ctx context.Context, tx pgx.Tx, sql string, args ...any) (pgconn.CommandTag, error) {
 	if tx != nil {
 		return tx.Exec(ctx, sql, args...)
 	}
-	release, err := s.hold(ctx, holdWait)
+	release, err := s.hold(ctx, 0)
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
