@@ -68,7 +68,7 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, er
 			return storage.Claimed{}, wrap(ctx, "claim: lookup", err)
 		}
 		if r != nil {
-			if v := r.verdict(c); reports(v) {
+			if v := r.verdict(c); !v.Claims() {
 				return reported(r, v)
 			}
 		}
@@ -189,7 +189,7 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim) (_ storage.
 			return storage.Claimed{}, errRetry
 		}
 		switch v := r.verdict(c); {
-		case reports(v):
+		case !v.Claims():
 			return reported(r, v)
 		case v == storage.VerdictAbsent:
 			q, args := s.reclaimSQL(c, token, now)
@@ -289,12 +289,6 @@ func (r *row) verdict(c storage.Claim) storage.Verdict {
 	return storage.Decide(&held, c, r.now)
 }
 
-// reports tells a verdict the claim answers with the record (a replay, 422, 409) from one
-// it acts on (claims the key afresh, takes it over).
-func reports(v storage.Verdict) bool {
-	return v != storage.VerdictAbsent && v != storage.VerdictTakeOver
-}
-
 // newToken mints a fencing token (keyrow.Token): in its UUID text form on PostgreSQL (a
 // uuid column), as 16 bytes elsewhere.
 func (s *Store) newToken() any {
@@ -390,7 +384,7 @@ func (s *Store) claimLocked(ctx context.Context, tx *gorm.DB, c storage.Claim) (
 		}
 	}
 	if r != nil {
-		if v := r.verdict(c); reports(v) {
+		if v := r.verdict(c); !v.Claims() {
 			claimed, err = reported(r, v)
 			return claimed, true, err
 		}

@@ -84,12 +84,6 @@ func (r *claimRow) record(scope, key string) (*storage.Record, error) {
 	return rec, nil
 }
 
-// reports tells a verdict the claim answers with the record (a replay, 422, 409) from one
-// it acts on (claims the key afresh, takes it over).
-func reports(v storage.Verdict) bool {
-	return v != storage.VerdictAbsent && v != storage.VerdictTakeOver
-}
-
 // reported is the Claimed of a record row given verdict v.
 func reported(row *claimRow, c storage.Claim, v storage.Verdict) (storage.Claimed, error) {
 	rec, err := row.record(c.Scope, c.Key)
@@ -207,7 +201,7 @@ func (s *Store) claimAtomic(ctx context.Context, c storage.Claim) (storage.Claim
 		if err != nil {
 			return storage.Claimed{}, classify(ctx, "look up", err, true)
 		}
-		if v := row.verdict(c); found && reports(v) {
+		if v := row.verdict(c); found && !v.Claims() {
 			return reported(&row, c, v)
 		}
 	}
@@ -226,7 +220,7 @@ func (s *Store) claimAtomic(ctx context.Context, c storage.Claim) (storage.Claim
 			if lerr != nil {
 				return storage.Claimed{}, classify(ctx, "claim: look up", lerr, true)
 			}
-			if v := row.verdict(c); found && reports(v) {
+			if v := row.verdict(c); found && !v.Claims() {
 				return reported(&row, c, v)
 			}
 		}

@@ -207,7 +207,7 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, er
 			return storage.Claimed{}, err
 		}
 		v := storage.Decide(rec, c, now)
-		if v == storage.VerdictAbsent || v == storage.VerdictTakeOver {
+		if v.Claims() {
 			// The script reports what it did not act on; it must decide as Decide does.
 			return storage.Claimed{}, fmt.Errorf("redisstore: claim: the claim script reported key %q, which storage.Decide would %s", c.Key, v)
 		}

@@ -46,6 +46,10 @@ func (v Verdict) String() string {
 	}
 }
 
+// Claims reports whether a claim with verdict v takes the key (VerdictAbsent,
+// VerdictTakeOver) rather than reporting the record that holds it.
+func (v Verdict) Claims() bool { return v == VerdictAbsent || v == VerdictTakeOver }
+
 // Decide is the claim's verdict on rec, the record that holds c's key (nil when none
 // does), at now on the store's clock: the one statement of the rules Store.Claim lists,
 // which every store of this module and the idem command call. rec's State, Fingerprint,

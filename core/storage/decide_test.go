@@ -88,3 +88,14 @@ func TestVerdictString(t *testing.T) {
 		assert.Equal(t, want, v.String())
 	}
 }
+
+// TestVerdictClaims: only absent and take over hand the claimer the key.
+func TestVerdictClaims(t *testing.T) {
+	t.Parallel()
+	for v, claims := range map[storage.Verdict]bool{
+		storage.VerdictAbsent: true, storage.VerdictTakeOver: true,
+		storage.VerdictReplay: false, storage.VerdictMismatch: false, storage.VerdictInProgress: false,
+	} {
+		assert.Equal(t, claims, v.Claims(), "%v", v)
+	}
+}
