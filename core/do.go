@@ -69,7 +69,7 @@ func (e *Engine) Do(ctx context.Context, scope, id string, fingerprint []byte, f
 		e.observe(ctx, c, OutcomeRejected, 0, err)
 		return nil, false, fmt.Errorf("idem: Do: message ID %q: %w", id, err)
 	}
-	c.Claim = e.claimOf(scope, id, doFingerprint(fingerprint), "", "")
+	c.Claim = e.claimOf(scope, id, doFingerprint(c.fp[:0], fingerprint), "", "")
 	out := e.protocol(ctx, c, nil, func(rn *run, ctx context.Context) (*storage.Response, error) {
 		res, err := fn(ctx)
 		switch {
@@ -103,9 +103,10 @@ func (e *Engine) doAnswer(ctx context.Context, c *call, result []byte, out outco
 // request's key recorded in the same scope.
 const doDomain = "idem.Do\x00"
 
-func doFingerprint(fp []byte) []byte {
+// doFingerprint appends the claim's fingerprint of a Do with fingerprint fp to dst.
+func doFingerprint(dst, fp []byte) []byte {
 	h := sha256.New()
 	h.Write([]byte(doDomain))
 	h.Write(fp)
-	return h.Sum(make([]byte, 0, sha256.Size))
+	return h.Sum(dst)
 }

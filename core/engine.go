@@ -28,6 +28,9 @@ type Engine struct {
 	header  string // canonical HeaderName
 	methods []string
 	replay  []string // canonical ReplayHeaders
+	// fingerprint is Config.Fingerprint, appending to dst: the default one writes into
+	// the call's own memory.
+	fingerprint func(dst []byte, r *http.Request, body []byte) ([]byte, error)
 	// retention is the store's, read once: claims and the sweeper agree on it.
 	retention time.Duration
 }
@@ -44,6 +47,13 @@ func New(cfg Config) (*Engine, error) {
 		e.mode = ModePhased
 		if cfg.Store.SupportsAtomic() {
 			e.mode = ModeAtomic
+		}
+	}
+	fingerprint := cfg.Fingerprint
+	e.fingerprint = func(_ []byte, r *http.Request, body []byte) ([]byte, error) { return fingerprint(r, body) }
+	if isFingerprint(fingerprint) {
+		e.fingerprint = func(dst []byte, r *http.Request, body []byte) ([]byte, error) {
+			return appendFingerprint(dst, r, body, nil), nil
 		}
 	}
 	for _, h := range cfg.ReplayHeaders {
@@ -136,7 +146,7 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 			return true, body
 		}
 	}
-	fp, err := e.cfg.Fingerprint(r, body.Bytes())
+	fp, err := e.fingerprint(c.fp[:0], r, body.Bytes())
 	if err != nil {
 		e.reject(w, r, c, e.newProblem(ProblemBodyUnreadable, "The request could not be fingerprinted.", err))
 		return true, body

@@ -5,6 +5,7 @@ import (
 	"hash"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"sync"
 )
@@ -35,7 +36,12 @@ var hasherPool = sync.Pool{New: func() any { return &hasher{buf: make([]byte, 0,
 // numbers compare as IEEE 754 doubles: integers beyond 2^53 that round to the same double
 // (9007199254740993 and 9007199254740992) are the same payload.
 func Fingerprint(r *http.Request, body []byte) ([]byte, error) {
-	return fingerprint(r, body, nil)
+	return appendFingerprint(make([]byte, 0, sha256.Size), r, body, nil), nil
+}
+
+// isFingerprint reports whether f is Fingerprint.
+func isFingerprint(f FingerprintFunc) bool {
+	return reflect.ValueOf(f).Pointer() == reflect.ValueOf(Fingerprint).Pointer()
 }
 
 // FingerprintWithHeaders returns a FingerprintFunc that also covers the named request
@@ -49,11 +55,12 @@ func FingerprintWithHeaders(names ...string) FingerprintFunc {
 		canon[i] = http.CanonicalHeaderKey(n)
 	}
 	return func(r *http.Request, body []byte) ([]byte, error) {
-		return fingerprint(r, body, canon)
+		return appendFingerprint(make([]byte, 0, sha256.Size), r, body, canon), nil
 	}
 }
 
-func fingerprint(r *http.Request, body []byte, headers []string) ([]byte, error) {
+// appendFingerprint appends the fingerprint of r with body, covering headers too, to fp.
+func appendFingerprint(fp []byte, r *http.Request, body []byte, headers []string) []byte {
 	st := hasherPool.Get().(*hasher)
 	b := appendField(st.buf[:0], r.Method)
 	b = appendField(b, r.URL.Path)
@@ -81,7 +88,6 @@ func fingerprint(r *http.Request, body []byte, headers []string) ([]byte, error)
 		}
 	}
 	b = append(b, headEnd) // the body follows
-	fp := make([]byte, 0, sha256.Size)
 	switch {
 	case len(body) == 0 || st.canon.parse(body) != nil:
 		// Not JSON (or empty): the raw body is streamed in rather than copied.
@@ -106,7 +112,7 @@ func fingerprint(r *http.Request, body []byte, headers []string) ([]byte, error)
 		st.buf = b[:0]
 		hasherPool.Put(st)
 	}
-	return fp, nil
+	return fp
 }
 
 // normalisePath returns a valid escaped path in the normal form of RFC 3986 §6.2.2, so

@@ -2,7 +2,6 @@ package core
 
 import (
 	"fmt"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,7 +63,7 @@ func (e *Engine) keyPolicy() policy.Key {
 func fingerprintPolicy(f FingerprintFunc) policy.Fingerprint {
 	// A top-level function has one code pointer; any other function (a closure, a
 	// wrapper of Fingerprint) is the application's to describe.
-	if reflect.ValueOf(f).Pointer() == reflect.ValueOf(Fingerprint).Pointer() {
+	if isFingerprint(f) {
 		return policy.Fingerprint{Covers: []string{"method", "path", "query", "body"}, Body: canonicalBody}
 	}
 	return policy.Fingerprint{Custom: true}

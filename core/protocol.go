@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,10 @@ import (
 // call is one keyed operation as the engine runs it: the claim it makes and what its
 // events report. The timings are read only when Hooks is set (start is zero otherwise):
 // one wall-clock read at the entry, monotonic offsets from it after.
+//
+// It is the one allocation of the engine's own for an operation: the fingerprint, the
+// contexts of its store calls and, once the key is claimed, the state its work runs
+// with are in it.
 type call struct {
 	storage.Claim
 	route    string        // http.Request.Pattern
@@ -27,6 +32,11 @@ type call struct {
 	claim    time.Duration // in Store.Claim
 	complete time.Duration // in Lock.Complete
 	release  time.Duration // in Lock.Release
+
+	fp   [sha256.Size]byte // the default fingerprint's memory (Claim.Fingerprint)
+	ctx  [3]storeCtx       // the contexts of a claim, a completion and a release
+	ctxs int               // how many of ctx are used
+	run  run               // the work's state, once the key is claimed
 }
 
 // outcome is what the protocol did with one operation.
@@ -84,9 +94,9 @@ func (e *Engine) claim(ctx context.Context, c *call) (storage.Claimed, error) {
 	var deadline time.Time
 	for {
 		began := c.since()
-		cctx, cancel := context.WithTimeout(ctx, e.cfg.LockWait+e.cfg.StoreTimeout)
+		cctx := c.storeCtx(ctx, e.cfg.LockWait+e.cfg.StoreTimeout, false)
 		claimed, err := e.cfg.Store.Claim(cctx, c.Claim)
-		cancel()
+		cctx.end(context.Canceled)
 		c.claim += c.since() - began
 		if err != nil || e.cfg.LeaseWait <= 0 || claimed.Verdict != storage.VerdictInProgress {
 			return claimed, err
@@ -161,7 +171,7 @@ func (e *Engine) cancelled(ctx context.Context, c *call, cause error) outcome {
 // execute runs w under lock and records its outcome before anything is answered.
 func (e *Engine) execute(ctx context.Context, c *call, lock storage.Lock, body []byte, w work) outcome {
 	e.observe(ctx, c, e.started(ctx, c, lock), 0, nil)
-	rn := new(run) // the operation's state, in one allocation, only once the key is claimed
+	rn := &c.run
 	rn.start(ctx, e, c, lock, e.renewedLease(), body)
 	op := &rn.op
 	var (
@@ -171,36 +181,36 @@ func (e *Engine) execute(ctx context.Context, c *call, lock storage.Lock, body [
 	e.guard(ctx, c, lock, op, func() { resp, cause = w(rn, lock.Context(rn)) })
 
 	// The work is done: a client that hangs up now must not cut recording short, so the
-	// store calls from here get a context of their own, bounded by StoreTimeout.
-	rctx := context.WithoutCancel(ctx)
+	// store calls from here (complete, release, twin) get contexts detached from ctx,
+	// bounded by StoreTimeout.
 	switch err := op.lease.lost(); {
 	case err != nil:
-		return e.inProgress(ctx, c, withRelease(err, e.release(rctx, c, lock)))
+		return e.inProgress(ctx, c, withRelease(err, e.release(ctx, c, lock)))
 	case errors.Is(ctx.Err(), context.Canceled): // the client hung up
-		return e.cancelled(ctx, c, withRelease(context.Cause(ctx), e.release(rctx, c, lock)))
+		return e.cancelled(ctx, c, withRelease(context.Cause(ctx), e.release(ctx, c, lock)))
 	case ctx.Err() != nil: // the request's deadline passed while the work ran
-		return outcome{event: OutcomeRolledBack, problem: ProblemNotRecorded, err: e.rolledBack(rctx, c, lock, context.Cause(ctx)),
+		return outcome{event: OutcomeRolledBack, problem: ProblemNotRecorded, err: e.rolledBack(ctx, c, lock, context.Cause(ctx)),
 			detail: "The request ran out of time before it finished; nothing was recorded, so it may be retried with the same key."}
 	case cause != nil:
-		return outcome{event: OutcomeRolledBack, ran: true, err: e.rolledBack(rctx, c, lock, cause)}
+		return outcome{event: OutcomeRolledBack, ran: true, err: e.rolledBack(ctx, c, lock, cause)}
 	}
 	if err := op.unreached(); err != nil {
-		err = e.cannotResume(rctx, c, lock, op.resume, err)
+		err = e.cannotResume(ctx, c, lock, op.resume, err)
 		return outcome{event: OutcomeRolledBack, problem: ProblemCannotResume, err: err,
 			detail: fmt.Sprintf("An earlier attempt of this request completed the step %q, which the server no longer runs, so the request was not completed and nothing of this attempt was recorded. This is a server error: retry with the same key once it is fixed, and the request resumes after that step.", op.resume)}
 	}
-	err := e.complete(rctx, c, lock, resp)
+	err := e.complete(ctx, c, lock, resp)
 	switch {
 	case err == nil:
 		return outcome{event: OutcomeCompleted, ran: true}
 	case errors.Is(err, storage.ErrLeaseLost):
 		return e.inProgress(ctx, c, err)
 	case errors.Is(err, storage.ErrRecordedFirst):
-		if v, rec := e.twin(rctx, c, err); rec != nil {
+		if v, rec := e.twin(ctx, c, err); rec != nil {
 			return e.answer(ctx, c, v, rec)
 		}
 	}
-	e.cfg.Logger.LogAttrs(rctx, slog.LevelError, "idem: recording the outcome failed; the caller may retry", e.attrs(c, err)...)
+	e.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idem: recording the outcome failed; the caller may retry", e.attrs(c, err)...)
 	return outcome{event: OutcomeStoreError, problem: ProblemNotRecorded, err: err,
 		detail: "The request's outcome could not be recorded or confirmed. Retry with the same key: you will get its result, and it runs at most once."}
 }
@@ -231,7 +241,7 @@ func (e *Engine) guard(ctx context.Context, c *call, lock storage.Lock, op *Oper
 	defer func() {
 		op.lease.stop()
 		if p := recover(); p != nil {
-			err := e.rolledBack(context.WithoutCancel(ctx), c, lock, fmt.Errorf("idem: panicked: %v", p))
+			err := e.rolledBack(ctx, c, lock, fmt.Errorf("idem: panicked: %v", p))
 			e.observe(ctx, c, OutcomeRolledBack, 0, err)
 			panic(p)
 		}
@@ -239,15 +249,16 @@ func (e *Engine) guard(ctx context.Context, c *call, lock storage.Lock, op *Oper
 	f()
 }
 
-// complete records resp as c's outcome, bounded by StoreTimeout. When that fails it
+// complete records resp as c's outcome, bounded by StoreTimeout, whether or not ctx is
+// cancelled (as are twin and release). When that fails it
 // releases the key, so a retry runs again (in atomic mode nothing committed), and
 // returns the store's error, which wraps ErrLeaseLost when another worker took the key
 // over (and a failed release's).
 func (e *Engine) complete(ctx context.Context, c *call, lock storage.Lock, resp *storage.Response) error {
 	began := c.since()
-	sctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
+	sctx := c.storeCtx(ctx, e.cfg.StoreTimeout, true)
 	err := lock.Complete(sctx, resp)
-	cancel()
+	sctx.end(context.Canceled)
 	c.complete = c.since() - began
 	if err != nil {
 		rerr := e.release(ctx, c, lock)
@@ -271,9 +282,9 @@ func (e *Engine) complete(ctx context.Context, c *call, lock storage.Lock, resp 
 func (e *Engine) twin(ctx context.Context, c *call, err error) (storage.Verdict, *storage.Record) {
 	e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "idem: a twin recorded the key first; this operation rolled back and answers with the twin's outcome", e.attrs(c, err)...)
 	began := c.since()
-	sctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
+	sctx := c.storeCtx(ctx, e.cfg.StoreTimeout, true)
 	rec, now, err := e.cfg.Store.Lookup(sctx, c.Scope, c.Key)
-	cancel()
+	sctx.end(context.Canceled)
 	c.claim += c.since() - began
 	if err != nil {
 		return 0, nil
@@ -290,9 +301,9 @@ func (e *Engine) twin(ctx context.Context, c *call, err error) (storage.Verdict,
 // event of the operation.
 func (e *Engine) release(ctx context.Context, c *call, lock storage.Lock) error {
 	began := c.since()
-	sctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
+	sctx := c.storeCtx(ctx, e.cfg.StoreTimeout, true)
 	err := lock.Release(sctx)
-	cancel()
+	sctx.end(context.Canceled)
 	c.release = c.since() - began
 	return err
 }
