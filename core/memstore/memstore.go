@@ -29,7 +29,8 @@ type Store struct {
 // id names a key: the same key in two scopes is two keys.
 type id struct{ scope, key string }
 
-// entry is one stored key. Its fields are guarded by Store.mu.
+// entry is one stored key, in one allocation with what it keeps. Its fields are
+// guarded by Store.mu.
 type entry struct {
 	// owner is the fencing token: a claim or takeover makes a new lock and puts it here,
 	// and a lock may change the entry only while it is the owner. Complete, Release and
@@ -38,18 +39,28 @@ type entry struct {
 	owner *lock
 
 	// rec is the key as claims report it. While the key is started, its RecoveryPoint
-	// and LockedUntil change in place and claims get copies. Complete replaces it with a
-	// completed record that is never changed again, so every replay shares that one.
-	rec *storage.Record
+	// and LockedUntil change in place and claims get copies. Complete makes it a
+	// completed record that never changes again, so every replay shares it.
+	rec    storage.Record
+	resp   storage.Response // a completed key's, rec.Response once reported
+	header []byte           // a completed key's header as Complete kept it, until reported
+	fp     [32]byte         // rec.Fingerprint's memory, for a fingerprint of SHA-256's size
+	first  lock             // the lock of the claim that made the entry (a takeover makes another)
 }
 
 // report returns the key as a claim or a lookup reports it: the shared record of a
 // completed key, a copy of a started one's. The caller holds Store.mu.
 func (e *entry) report() *storage.Record {
 	if e.rec.State == storage.StateCompleted {
-		return e.rec
+		if e.rec.Response == nil {
+			// The first report of the key decodes the header Complete kept, as a database
+			// store would read its column: most keys are never replayed.
+			e.resp.Header, _ = storage.DecodeHeader(e.header) // its own encoding: no error
+			e.rec.Response, e.header = &e.resp, nil
+		}
+		return &e.rec
 	}
-	rec := *e.rec
+	rec := e.rec
 	return &rec
 }
 
@@ -134,29 +145,31 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, er
 	e := s.keys[k]
 	var held *storage.Record
 	if e != nil {
-		held = e.rec
+		held = &e.rec
 	}
 	switch v := storage.Decide(held, c, now); v {
 	case storage.VerdictAbsent:
 		if e != nil {
 			e.owner = nil // fences out a lock of the key it replaces
 		}
-		e = &entry{rec: &storage.Record{Scope: c.Scope, Key: c.Key, Fingerprint: bytes.Clone(c.Fingerprint),
-			Method: c.Method, Path: c.Path, State: storage.StateStarted, RecoveryPoint: storage.RecoveryStarted,
-			CreatedAt: now}}
+		e = &entry{rec: storage.Record{Scope: c.Scope, Key: c.Key, Method: c.Method, Path: c.Path,
+			State: storage.StateStarted, RecoveryPoint: storage.RecoveryStarted, CreatedAt: now}}
+		if c.Fingerprint != nil {
+			e.rec.Fingerprint = append(e.fp[:0], c.Fingerprint...)
+		}
 		s.keys[k] = e
-		return storage.Claimed{Verdict: v, Lock: s.take(k, e, now, c.Lease, false)}, nil
+		return storage.Claimed{Verdict: v, Lock: s.take(&e.first, k, e, now, c.Lease, false)}, nil
 	case storage.VerdictTakeOver: // fences the old lock out
-		return storage.Claimed{Verdict: v, Lock: s.take(k, e, now, c.Lease, true)}, nil
+		return storage.Claimed{Verdict: v, Lock: s.take(new(lock), k, e, now, c.Lease, true)}, nil
 	default:
 		return storage.Claimed{Verdict: v, Record: e.report()}, nil
 	}
 }
 
-// take makes a new lock the owner of e, key k, with a lease from now. The caller holds
-// s.mu.
-func (s *Store) take(k id, e *entry, now time.Time, lease time.Duration, takenOver bool) *lock {
-	l := &lock{s: s, k: k, e: e, lease: lease, claimedPoint: e.rec.RecoveryPoint, takenOver: takenOver}
+// take makes l, a new lock, the owner of e, key k, with a lease from now. The caller
+// holds s.mu.
+func (s *Store) take(l *lock, k id, e *entry, now time.Time, lease time.Duration, takenOver bool) *lock {
+	*l = lock{s: s, k: k, e: e, lease: lease, claimedPoint: e.rec.RecoveryPoint, takenOver: takenOver}
 	e.owner = l
 	e.rec.LockedUntil = now.Add(lease)
 	return l
@@ -188,7 +201,7 @@ func (s *Store) CountKeys(ctx context.Context) (*storage.KeyCounts, error) {
 	defer s.mu.Unlock()
 	now := s.now()
 	kc := &storage.KeyCounts{Now: now}
-	var oldest *storage.Record
+	var oldest *entry
 	for _, e := range s.keys {
 		live := e.live(now)
 		if e.rec.State == storage.StateCompleted {
@@ -205,12 +218,12 @@ func (s *Store) CountKeys(ctx context.Context) (*storage.KeyCounts, error) {
 				kc.ExpiredLive++
 			}
 		}
-		if oldest == nil || e.rec.CreatedAt.Before(oldest.CreatedAt) {
-			oldest = e.rec
+		if oldest == nil || e.rec.CreatedAt.Before(oldest.rec.CreatedAt) {
+			oldest = e
 		}
 	}
 	if oldest != nil {
-		rec := *oldest
+		rec := *oldest.report()
 		kc.Oldest = &rec
 	}
 	return kc, nil
@@ -310,7 +323,8 @@ func (l *lock) Renew(context.Context) error {
 }
 
 // Complete records a copy of r as the key's response and ends the lock; r's header and
-// body are not kept.
+// body are not kept. The header is kept encoded (storage.EncodeHeader, as database stores
+// keep it) until a replay or a lookup reports the key.
 func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	if l.ended {
 		return errLockEnded
@@ -318,17 +332,18 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	if r == nil {
 		return errors.New("memstore: complete: nil response")
 	}
-	resp := &storage.Response{Status: r.Status, Header: r.Header.Clone(), Body: bytes.Clone(r.Body)}
+	header, body := storage.EncodeHeader(r.Header), bytes.Clone(r.Body)
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
 	if !l.held() {
 		return fmt.Errorf("memstore: complete: %w", storage.ErrLeaseLost)
 	}
-	done := *l.e.rec // a new record: copies handed out before, and replays, never see a change
-	done.State, done.Response = storage.StateCompleted, resp
-	done.LockedUntil, done.CompletedAt = time.Time{}, l.s.now()
-	l.e.rec = &done
-	l.e.owner = nil
+	// Claims handed out copies of the started record; from now on every replay shares it.
+	e := l.e
+	e.resp, e.header = storage.Response{Status: r.Status, Body: body}, header
+	e.rec.State = storage.StateCompleted
+	e.rec.LockedUntil, e.rec.CompletedAt = time.Time{}, l.s.now()
+	e.owner = nil
 	l.ended = true
 	return nil
 }

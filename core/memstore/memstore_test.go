@@ -112,7 +112,8 @@ func TestDefaults(t *testing.T) {
 }
 
 // TestCompletedKeyRoundTrip: the replayed record is exactly what was claimed and
-// completed: nil and empty slices and maps told apart, times kept to the nanosecond.
+// completed: a nil and an empty body told apart, times kept to the nanosecond, and the
+// header as it goes on the wire (as every store keeps it, storage.EncodeHeader).
 func TestCompletedKeyRoundTrip(t *testing.T) {
 	t.Parallel()
 	long := strings.Repeat("é", 200)
@@ -167,8 +168,10 @@ func TestCompletedKeyRoundTrip(t *testing.T) {
 					passed.Body[i] = 'X'
 				}
 
+				resp := tc.resp
+				resp.Header = onTheWire(tc.resp.Header)
 				want := &storage.Record{Scope: c.Scope, Key: c.Key, Fingerprint: tc.fp, Method: c.Method, Path: c.Path,
-					State: storage.StateCompleted, RecoveryPoint: point, Response: &tc.resp,
+					State: storage.StateCompleted, RecoveryPoint: point, Response: &resp,
 					CreatedAt: claimed, CompletedAt: completed}
 				got := mustRecord(t, s, c)
 				assert.WithinDuration(t, claimed, got.CreatedAt, 0, "CreatedAt")
@@ -369,8 +372,9 @@ func TestDeleteExpiredOldestFirst(t *testing.T) {
 	assert.ErrorIs(t, err, context.Canceled)
 }
 
-// TestReplayAllocations: a replay allocates nothing, the first of a key included: it
-// returns the record Complete built.
+// TestReplayAllocations: a replay allocates nothing but the first of a key, which decodes
+// the header Complete kept encoded (a first request, far more common, costs two
+// allocations less for it).
 func TestReplayAllocations(t *testing.T) {
 	s := memstore.New()
 	const runs = 1000
@@ -393,7 +397,7 @@ func TestReplayAllocations(t *testing.T) {
 		replay(claims[next])
 		next++
 	})
-	assert.Zero(t, first, "allocations of a key's first replaying Claim")
+	assert.LessOrEqual(t, first, 8.0, "allocations of a key's first replaying Claim: the header's map and values")
 	later := testing.AllocsPerRun(runs, func() { replay(claims[0]) })
 	assert.Zero(t, later, "allocations of a later replaying Claim")
 }
@@ -559,10 +563,10 @@ func BenchmarkReplay(b *testing.B) {
 	b.Run("keys=300000,decoded", func(b *testing.B) { benchReplay(b, 300_000, true) })
 }
 
-// TestCompletedHeadersStayApart: the stored headers' values share one backing array
-// (http.Header.Clone), so each value slice is capped: a reader appending to one header cannot overwrite the next,
-// and two keys never see each other's values, however many there are: small and large
-// headers, and a name whose values are nil, are checked.
+// TestCompletedHeadersStayApart: a reader appending to one stored header's values
+// cannot overwrite the next, and two keys never see each other's values, however many
+// there are: small and large headers, and a name whose values are nil (not sent, so not
+// kept), are checked.
 func TestCompletedHeadersStayApart(t *testing.T) {
 	t.Parallel()
 	s := memstore.New()
@@ -575,13 +579,25 @@ func TestCompletedHeadersStayApart(t *testing.T) {
 		complete(t, mustLock(t, s, claim(key, key)), &storage.Response{Status: 201, Header: h.Clone()})
 	}
 
-	for key, want := range headers {
+	for key, h := range headers {
+		want := onTheWire(h)
 		got := mustRecord(t, s, claim(key, key)).Response.Header
 		require.Equal(t, want, got, "header of %q", key)
-		for name, vs := range got {
-			assert.Equal(t, len(vs), cap(vs), "%q: a stored value slice of %s must be capped at its length", key, name)
-			_ = append(vs, "/overwritten") // must reallocate, not spill into a neighbour
+		for _, vs := range got {
+			_ = append(vs, "/overwritten") // must not spill into a neighbour
 		}
 		assert.Equal(t, want, mustRecord(t, s, claim(key, key)).Response.Header, "header of %q after appends", key)
 	}
+}
+
+// onTheWire is h as a response sends it: the names that have values (an empty value
+// counts), in a header that is never nil.
+func onTheWire(h http.Header) http.Header {
+	sent := http.Header{}
+	for k, vs := range h {
+		if len(vs) > 0 {
+			sent[k] = vs
+		}
+	}
+	return sent
 }
