@@ -27,10 +27,11 @@
 //
 // It is deliberately plain: one map behind one mutex, holding each key's storage.Record.
 // Claim keeps a copy of the fingerprint and Complete a copy of the response's header and
-// body, never the caller's; times are the store's clock's (WithClock).
+// body, never the caller's; times are the store's clock's (WithClock). The header is kept
+// as every store keeps it (storage.EncodeHeader: a name without values is not kept).
 //
-// Complete builds the key's completed record once, and it never changes again: every
-// replay of the key returns that same *storage.Record, and allocates nothing. Records
+// The first replay or lookup of a completed key builds its record, which never changes
+// again: every later replay returns that same *storage.Record, and allocates nothing. Records
 // returned by Claim are shared with the store and with other callers: do not mutate
 // them, their Fingerprint, Response, Response.Header or Response.Body.
 package memstore
