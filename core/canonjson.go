@@ -208,27 +208,57 @@ func (s *canonScratch) container(open byte, depth int) error {
 func (s *canonScratch) closeObject(start, members, kept int) error {
 	m := s.open[members:]
 	s.open = s.open[:members]
-	for j := 1; j < len(m); j++ {
-		switch s.compareMembers(m[j-1], m[j]) {
-		case -1:
-			continue
-		case 0:
-			return s.duplicateKey()
+	inOrder, err := s.sortMembers(m)
+	if inOrder || err != nil {
+		return err
+	}
+	if len(s.text)-start <= maxSortInPlace && len(s.objects) == kept {
+		s.sortInPlace(start, m)
+		return nil
+	}
+	lo := len(s.sorted)
+	s.sorted = append(grow(s.sorted, len(m)), m...)
+	s.objects = append(grow(s.objects, 1), cjObject{int32(start), int32(len(s.text)), int32(lo), int32(len(s.sorted))})
+	return nil
+}
+
+// sortMembers sorts m by key and reports whether it was in order already, or an error
+// for a duplicate key. The few members of a usual object are sorted by insertion, which
+// finds a duplicate as it goes, in one comparison per member when they are in order;
+// more are sorted in O(n log n).
+func (s *canonScratch) sortMembers(m []cjMember) (bool, error) {
+	if len(m) > 12 {
+		if slices.IsSortedFunc(m, s.compareMembers) {
+			return true, s.checkDuplicates(m)
 		}
 		slices.SortFunc(m, s.compareMembers)
-		for j := 1; j < len(m); j++ {
-			if s.compareMembers(m[j-1], m[j]) == 0 {
-				return s.duplicateKey()
+		return false, s.checkDuplicates(m)
+	}
+	inOrder := true
+	for j := 1; j < len(m); j++ {
+		x, i := m[j], j
+		for ; i > 0; i-- {
+			c := s.compareMembers(m[i-1], x)
+			if c == 0 {
+				return false, s.duplicateKey()
 			}
+			if c < 0 {
+				break
+			}
+			m[i] = m[i-1]
 		}
-		if len(s.text)-start <= maxSortInPlace && len(s.objects) == kept {
-			s.sortInPlace(start, m)
-			return nil
+		m[i] = x
+		inOrder = inOrder && i == j
+	}
+	return inOrder, nil
+}
+
+// checkDuplicates returns an error when two neighbours of m, sorted, have one key.
+func (s *canonScratch) checkDuplicates(m []cjMember) error {
+	for j := 1; j < len(m); j++ {
+		if s.compareMembers(m[j-1], m[j]) == 0 {
+			return s.duplicateKey()
 		}
-		lo := len(s.sorted)
-		s.sorted = append(grow(s.sorted, len(m)), m...)
-		s.objects = append(grow(s.objects, 1), cjObject{int32(start), int32(len(s.text)), int32(lo), int32(len(s.sorted))})
-		return nil
 	}
 	return nil
 }
