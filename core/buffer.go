@@ -17,16 +17,6 @@ type buffer struct {
 	header http.Header
 	body   bytes.Buffer
 	status int
-	// fields lists header once the handler has returned and the engine has read it
-	// (snapshot), so that the engine iterates the map only once; listed says it has.
-	fields []headerField
-	listed bool
-}
-
-// headerField is one field of a held response's header.
-type headerField struct {
-	name   string
-	values []string
 }
 
 var bufferPool = sync.Pool{New: func() any { return &buffer{header: make(http.Header, 4)} }}
@@ -41,23 +31,9 @@ func putBuffer(b *buffer) {
 		return
 	}
 	clear(b.header)
-	clear(b.fields) // keep no values alive in the pool
-	b.fields, b.listed = b.fields[:0], false
 	b.body.Reset()
 	b.status = 0
 	bufferPool.Put(b)
-}
-
-// snapshot returns the header fields of the held response, listing the map once. The
-// handler must have returned: later changes to the header are not seen.
-func (b *buffer) snapshot() []headerField {
-	if !b.listed {
-		for k, v := range b.header {
-			b.fields = append(b.fields, headerField{k, v})
-		}
-		b.listed = true
-	}
-	return b.fields
 }
 
 // Header returns the header map of the held response.

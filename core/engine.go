@@ -281,9 +281,9 @@ var responsePool = sync.Pool{New: func() any { return &storage.Response{Header: 
 func (e *Engine) recordable(buf *buffer) *storage.Response {
 	resp := responsePool.Get().(*storage.Response)
 	resp.Status = buf.Status()
-	for _, f := range buf.snapshot() {
-		if e.replays(f.name) {
-			resp.Header[f.name] = f.values
+	for name, values := range buf.header {
+		if e.replays(name) {
+			resp.Header[name] = values
 		}
 	}
 	if int64(buf.Size()) > e.cfg.MaxResponseBody {
@@ -312,8 +312,8 @@ func putResponse(resp *storage.Response) {
 
 func writeBuffer(w http.ResponseWriter, buf *buffer) {
 	h := w.Header()
-	for _, f := range buf.snapshot() {
-		h[f.name] = f.values
+	for name, values := range buf.header {
+		h[name] = values
 	}
 	w.WriteHeader(buf.Status())
 	_, _ = w.Write(buf.Bytes())
