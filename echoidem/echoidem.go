@@ -56,8 +56,7 @@ func New(eng *core.Engine, cfg Config) echo.MiddlewareFunc {
 // context carries the operation and the store's transaction. A returned error goes
 // through c.Error here, so Echo's error page is the response the engine judges.
 func runHeld(c echo.Context, held http.ResponseWriter, r *http.Request, next echo.HandlerFunc) {
-	h := heldPool.Get().(*heldResponse)
-	h.w.ResponseWriter = held
+	h := &heldResponse{w: heldWriter{held}}
 	h.resp = *echo.NewResponse(&h.w, c.Echo())
 	resp, req := c.Response(), c.Request()
 	c.SetResponse(&h.resp)
@@ -65,8 +64,6 @@ func runHeld(c echo.Context, held http.ResponseWriter, r *http.Request, next ech
 	defer func() { // on a panic too, so that the recover middleware answers on the real response
 		c.SetResponse(resp)
 		c.SetRequest(req)
-		*h = heldResponse{}
-		heldPool.Put(h)
 	}()
 	if err := next(c); err != nil {
 		c.Error(err)
