@@ -155,7 +155,6 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 
 	buf := getBuffer()
 	defer putBuffer(buf)
-	var resp *storage.Response
 	out := e.protocol(r.Context(), c, body.Bytes(), func(rn *run, ctx context.Context) (*storage.Response, error) {
 		rn.req = *r.WithContext(ctx) // the copy WithContext makes stays on the stack
 		r2 := &rn.req
@@ -166,12 +165,8 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 		if status := buf.Status(); !e.cfg.Storable(status) {
 			return nil, fmt.Errorf("idem: status %d is not storable", status)
 		}
-		resp = e.recordable(buf)
-		return resp, nil
+		return e.recordable(buf), nil
 	})
-	if resp != nil {
-		putResponse(resp)
-	}
 	e.respond(w, r, c, buf, out)
 	return true, body
 }
@@ -273,13 +268,11 @@ func (e *Engine) replayResponse(w http.ResponseWriter, r *http.Request, c *call,
 	e.observe(r.Context(), c, OutcomeReplayed, resp.Status, nil)
 }
 
-var responsePool = sync.Pool{New: func() any { return &storage.Response{Header: make(http.Header, 4)} }}
-
-// recordable builds the Response to store from the handler's buffer: allow-listed
-// headers only, and the body unless it is over MaxResponseBody. Stores keep none of it
-// (Lock.Complete's contract), so it comes from a pool; return it with putResponse.
+// recordable returns the Response to store from the handler's buffer: allow-listed
+// headers only, and the body unless it is over MaxResponseBody. It is the buffer's own
+// (buf.recorded), valid until the buffer goes back to its pool.
 func (e *Engine) recordable(buf *buffer) *storage.Response {
-	resp := responsePool.Get().(*storage.Response)
+	resp := &buf.recorded
 	resp.Status = buf.Status()
 	for name, values := range buf.header {
 		if e.replays(name) {
@@ -302,12 +295,6 @@ func (e *Engine) replays(name string) bool {
 		}
 	}
 	return false
-}
-
-func putResponse(resp *storage.Response) {
-	clear(resp.Header)
-	resp.Body = nil
-	responsePool.Put(resp)
 }
 
 func writeBuffer(w http.ResponseWriter, buf *buffer) {
@@ -338,6 +325,9 @@ func (e *Engine) bodyProblem(err error) *Problem {
 	return e.newProblem(ProblemBodyUnreadable, "The request body could not be read.", err)
 }
 
+// bodyPool keeps request bodies' buffers: a body of unknown length starts at
+// firstBodyRead, so without it a Gin + memstore first request allocates 64 KiB and takes
+// 4.6 times as long (the measurement of bufferPool's comment).
 var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // firstBodyRead is the most readBody allocates before any byte has arrived, whatever

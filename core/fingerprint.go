@@ -22,6 +22,9 @@ type hasher struct {
 	canon canonScratch // the canonicaliser's own, so that one pool round trip serves both
 }
 
+// hasherPool keeps the fingerprint's buffers and the canonicaliser's state: without it a
+// Gin + memstore first request takes 6 allocations and 45% more time, a replay 86% more
+// (the measurement of bufferPool's comment).
 var hasherPool = sync.Pool{New: func() any { return &hasher{buf: make([]byte, 0, 1024), h: sha256.New()} }}
 
 // Fingerprint is the default FingerprintFunc: SHA-256 over the method, the URL path, the
