@@ -119,7 +119,8 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 	}
 	key, present, err := e.findKey(r, body)
 	if err != nil {
-		e.reject(w, r, c, e.newProblem(ProblemKeyInvalid, fmt.Sprintf("The %s is malformed: %v.", e.cfg.Key.what(e.cfg.HeaderName), unwrapDetail(err)), err))
+		_, what, _ := e.cfg.Key.names(e.cfg.HeaderName)
+		e.reject(w, r, c, e.newProblem(ProblemKeyInvalid, fmt.Sprintf("The %s is malformed: %v.", what, unwrapDetail(err)), err))
 		return true, body
 	}
 	if !present {
@@ -129,7 +130,8 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 			}
 			return false, body
 		}
-		e.reject(w, r, c, e.newProblem(ProblemKeyMissing, fmt.Sprintf("%s %s requires %s.", clip(r.Method), clip(c.Path), e.cfg.Key.where(e.cfg.HeaderName)), ErrKeyMissing))
+		_, _, where := e.cfg.Key.names(e.cfg.HeaderName)
+		e.reject(w, r, c, e.newProblem(ProblemKeyMissing, fmt.Sprintf("%s %s requires %s.", clip(r.Method), clip(c.Path), where), ErrKeyMissing))
 		return true, body
 	}
 	c.Key = key

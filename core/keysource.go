@@ -125,49 +125,28 @@ func (ks *KeySource) find(r *http.Request, body []byte, header string, minLen in
 	return key, true, nil
 }
 
-// noun names the key in problem details: "This <noun> was first used…".
+// names says how problem details name the key (header is Config.HeaderName): noun in
+// "This <noun> was first used…", what in "The <what> is malformed", where in "<method>
+// <path> requires <where>".
+func (ks *KeySource) names(header string) (noun, what, where string) {
+	switch ks.kind {
+	case keyIdempotencyHeader, keyHeader:
+		if ks.kind == keyHeader {
+			header = ks.name
+		}
+		return header, header + " header", "an " + header + " header"
+	case keyJSON:
+		member := strconv.Quote(strings.Join(ks.path, "."))
+		return "key (JSON member " + member + ")", "JSON member " + member, "a JSON body with the member " + member
+	}
+	return "key", "idempotency key", "an idempotency key"
+}
+
+// noun is names' noun.
 func (ks *KeySource) noun(header string) string {
-	switch ks.kind {
-	case keyIdempotencyHeader:
-		return header
-	case keyHeader:
-		return ks.name
-	case keyJSON:
-		return "key (JSON member " + ks.pathString() + ")"
-	default:
-		return "key"
-	}
+	noun, _, _ := ks.names(header)
+	return noun
 }
-
-// where says where the key is expected: "<method> <path> requires <where>."
-func (ks *KeySource) where(header string) string {
-	switch ks.kind {
-	case keyIdempotencyHeader:
-		return "an " + header + " header"
-	case keyHeader:
-		return "an " + ks.name + " header"
-	case keyJSON:
-		return "a JSON body with the member " + ks.pathString()
-	default:
-		return "an idempotency key"
-	}
-}
-
-// what names the key in "The <what> is malformed".
-func (ks *KeySource) what(header string) string {
-	switch ks.kind {
-	case keyIdempotencyHeader:
-		return header + " header"
-	case keyHeader:
-		return ks.name + " header"
-	case keyJSON:
-		return "JSON member " + ks.pathString()
-	default:
-		return "idempotency key"
-	}
-}
-
-func (ks *KeySource) pathString() string { return strconv.Quote(strings.Join(ks.path, ".")) }
 
 // jsonKey walks body along path and returns the string or number found there.
 func jsonKey(body []byte, path []string) (string, bool, error) {

@@ -146,7 +146,8 @@ func (e *Engine) problemCase(k ProblemKind, p policy.Policy) string {
 		}
 		return fmt.Sprintf("The %s was first used with a different request (its fingerprint differs): nothing runs. The answer comes %s.", c.Key.noun(c.HeaderName), when)
 	case ProblemKeyMissing:
-		return fmt.Sprintf("A %s request without %s: nothing runs.", strings.Join(p.Methods, " or "), c.Key.where(c.HeaderName))
+		_, _, where := c.Key.names(c.HeaderName)
+		return fmt.Sprintf("A %s request without %s: nothing runs.", strings.Join(p.Methods, " or "), where)
 	case ProblemKeyInvalid:
 		return fmt.Sprintf("A malformed key (not %d–%d characters of printable ASCII, or not in the format the key's source takes): nothing runs.", p.Key.MinLength, p.Key.MaxLength)
 	case ProblemBodyTooLarge:
