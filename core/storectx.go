@@ -71,7 +71,7 @@ func (sc *storeCtx) check() error {
 	if sc.err == nil {
 		if !sc.detached && sc.parent.Err() != nil {
 			sc.cancel(sc.parent.Err())
-		} else if !time.Now().Before(sc.deadline) {
+		} else if time.Until(sc.deadline) <= 0 { // the monotonic clock alone
 			sc.cancel(context.DeadlineExceeded)
 		}
 	}
