@@ -34,7 +34,7 @@ type call struct {
 	release  time.Duration // in Lock.Release
 
 	fp   [sha256.Size]byte // the default fingerprint's memory (Claim.Fingerprint)
-	ctx  [3]storeCtx       // the contexts of a claim, a completion and a release
+	ctx  [2]storeCtx       // the contexts of a claim, and of a completion or a release
 	ctxs int               // how many of ctx are used
 	run  run               // the work's state, once the key is claimed
 }

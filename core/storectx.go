@@ -31,7 +31,7 @@ func (c *call) storeCtx(parent context.Context, d time.Duration, detached bool) 
 	if c.ctxs < len(c.ctx) {
 		sc = &c.ctx[c.ctxs]
 		c.ctxs++
-	} else { // past the calls most operations make (a claim's retries, a twin's lookup)
+	} else { // past the two calls most operations make (a claim's retries, a release after a failed completion, a twin's lookup)
 		sc = new(storeCtx)
 	}
 	sc.parent, sc.deadline, sc.detached = parent, time.Now().Add(d), detached
