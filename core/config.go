@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -200,29 +201,18 @@ func StorableStatus(status int) bool {
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
 	d := defaultConfig()
-	if c.HeaderName == "" {
-		c.HeaderName = d.HeaderName
-	}
+	c.HeaderName = cmp.Or(c.HeaderName, d.HeaderName)
+	c.MinKeyLength = cmp.Or(c.MinKeyLength, d.MinKeyLength)
+	c.Lease = cmp.Or(c.Lease, d.Lease)
+	c.LockWait = cmp.Or(c.LockWait, d.LockWait)
+	c.StoreTimeout = cmp.Or(c.StoreTimeout, d.StoreTimeout)
+	c.MaxRequestBody = cmp.Or(c.MaxRequestBody, d.MaxRequestBody)
+	c.MaxResponseBody = cmp.Or(c.MaxResponseBody, d.MaxResponseBody)
+	c.ProblemBase = cmp.Or(c.ProblemBase, d.ProblemBase)
+	c.RetryAfter = cmp.Or(c.RetryAfter, d.RetryAfter)
+	c.Logger = cmp.Or(c.Logger, d.Logger)
 	if c.Methods == nil {
 		c.Methods = d.Methods
-	}
-	if c.MinKeyLength == 0 {
-		c.MinKeyLength = d.MinKeyLength
-	}
-	if c.Lease == 0 {
-		c.Lease = d.Lease
-	}
-	if c.LockWait == 0 {
-		c.LockWait = d.LockWait
-	}
-	if c.StoreTimeout == 0 {
-		c.StoreTimeout = d.StoreTimeout
-	}
-	if c.MaxRequestBody == 0 {
-		c.MaxRequestBody = d.MaxRequestBody
-	}
-	if c.MaxResponseBody == 0 {
-		c.MaxResponseBody = d.MaxResponseBody
 	}
 	if c.ReplayHeaders == nil {
 		c.ReplayHeaders = d.ReplayHeaders
@@ -235,15 +225,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Problem == nil {
 		c.Problem = d.Problem
-	}
-	if c.ProblemBase == "" {
-		c.ProblemBase = d.ProblemBase
-	}
-	if c.RetryAfter == 0 {
-		c.RetryAfter = d.RetryAfter
-	}
-	if c.Logger == nil {
-		c.Logger = d.Logger
 	}
 	return c
 }
