@@ -77,18 +77,10 @@ type canonScratch struct {
 	tmp     []byte     // a small object's text while sortInPlace rewrites it
 }
 
-// canonicalise appends the RFC 8785 canonical form of the JSON text src to dst. It
+// parse reads src into the scratch, for emit to write its RFC 8785 canonical form. It
 // returns an error for anything that is not exactly one valid I-JSON value (trailing
 // data, invalid UTF-8, lone surrogates, duplicate object keys, numbers outside float64,
-// nesting deeper than maxJSONDepth, more than maxJSONSize bytes), and then dst as it was.
-func (s *canonScratch) canonicalise(dst, src []byte) ([]byte, error) {
-	if err := s.parse(src); err != nil {
-		return dst, err
-	}
-	return s.emit(dst, nil), nil
-}
-
-// parse reads src into the scratch, for emit to write.
+// nesting deeper than maxJSONDepth, more than maxJSONSize bytes).
 func (s *canonScratch) parse(src []byte) error {
 	if len(src) > maxJSONSize {
 		return errJSONTooLarge

@@ -944,3 +944,14 @@ func BenchmarkCanonicalJSON(b *testing.B) {
 		})
 	}
 }
+
+// canonicalise, the tests' entry point, appends the RFC 8785 canonical form of the JSON text src to dst. It
+// returns an error for anything that is not exactly one valid I-JSON value (trailing
+// data, invalid UTF-8, lone surrogates, duplicate object keys, numbers outside float64,
+// nesting deeper than maxJSONDepth, more than maxJSONSize bytes), and then dst as it was.
+func (s *canonScratch) canonicalise(dst, src []byte) ([]byte, error) {
+	if err := s.parse(src); err != nil {
+		return dst, err
+	}
+	return s.emit(dst, nil), nil
+}
