@@ -290,7 +290,7 @@ func (e *Engine) twin(ctx context.Context, c *call, err error) (storage.Verdict,
 		return 0, nil
 	}
 	v := storage.Decide(rec, c.Claim, now)
-	if v == storage.VerdictAbsent || v == storage.VerdictTakeOver {
+	if v.Claims() {
 		return v, nil // the twin's record is gone, or not the twin's: nothing to answer with
 	}
 	return v, rec
