@@ -33,6 +33,7 @@ type Engine struct {
 	fingerprint func(dst []byte, r *http.Request, body []byte) ([]byte, error)
 	// retention is the store's, read once: claims and the sweeper agree on it.
 	retention time.Duration
+	renewals  renewals // the leases of its running operations (phased mode)
 }
 
 // New returns an Engine for cfg, with defaults applied to its zero fields. It fails with

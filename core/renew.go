@@ -19,9 +19,9 @@ import (
 // it calls Lock.Renew (fenced by the lease token, as every write), so a phase that
 // outlives the lease (a slow provider call) does not let a retry take the key over. A
 // renewal that fails otherwise (the database did not answer) is tried again at the next
-// tick; the lease may then run out, and the fenced commits are what tell. It runs on a
-// timer, so an operation shorter than Lease/3 costs no renewal, no goroutine and no
-// context. In atomic mode there is no lease to renew (a crash rolls the claim back), but
+// tick; the lease may then run out, and the fenced commits are what tell. It runs on the
+// engine's schedule (renewals), so an operation shorter than Lease/3 costs no renewal, no
+// goroutine, no timer and no context. In atomic mode there is no lease to renew (a crash rolls the claim back), but
 // the state is kept the same way.
 type lease struct {
 	lock   storage.Lock
@@ -31,10 +31,14 @@ type lease struct {
 	c      *call
 
 	mu      sync.Mutex
-	lostErr error // wraps ErrLeaseLost once the key is known to be another worker's
-	timer   *time.Timer
+	lostErr error              // wraps ErrLeaseLost once the key is known to be another worker's
 	cancel  context.CancelFunc // ends the renewal in flight: stop cuts it short
 	stopped bool
+
+	// The engine's renewals (under its mu): when the next renewal is due, and the list.
+	due        time.Time
+	next, prev *lease
+	listed     bool
 }
 
 // start begins renewing lock's lease of length d (0: nothing to renew) for c until stop.
@@ -46,13 +50,11 @@ func (l *lease) start(parent context.Context, e *Engine, c *call, lock storage.L
 		return
 	}
 	l.every = max(d/3, time.Millisecond)
-	l.mu.Lock() // the first tick reads l.timer
-	l.timer = time.AfterFunc(l.every, l.renew)
-	l.mu.Unlock()
+	e.renewals.add(l, time.Now())
 }
 
-// renew is one tick: it renews the lease, bounded by the store timeout, and schedules the
-// next tick, unless stopped or the lease is lost.
+// renew is one renewal, in a goroutine of its own: it renews the lease, bounded by the
+// store timeout, and schedules the next, unless stopped or the lease is lost.
 func (l *lease) renew() {
 	l.mu.Lock()
 	if l.stopped || l.lostErr != nil {
@@ -73,7 +75,7 @@ func (l *lease) renew() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.stopped {
-		l.timer.Reset(l.every)
+		l.e.renewals.add(l, time.Now())
 	}
 }
 
@@ -105,10 +107,91 @@ func (l *lease) stop() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.stopped = true
-	if l.timer != nil {
-		l.timer.Stop()
+	if l.every > 0 {
+		l.e.renewals.remove(l)
 	}
 	if l.cancel != nil {
 		l.cancel()
+	}
+}
+
+// renewals is an engine's schedule of lease renewals: the leases of its running
+// operations in one list, in the order they are due (all have the same period, so a
+// lease added is due last), and one timer, set for the first. An operation adds its
+// lease when its work starts and removes it when the work returns: a list link each way
+// and no timer or closure of its own, so an operation shorter than Lease/3 allocates
+// nothing for its lease. A lease that comes due is renewed in a goroutine of its own
+// (a slow store delays no other renewal), which adds it again.
+type renewals struct {
+	mu          sync.Mutex
+	first, last *lease
+	timer       *time.Timer // made by the first lease added; set for first's due time when armed
+	armed       bool
+}
+
+// add schedules l's next renewal, l.every after now. The caller holds l.mu or owns l.
+func (r *renewals) add(l *lease, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l.due, l.next, l.prev, l.listed = now.Add(l.every), nil, r.last, true
+	if r.last != nil {
+		r.last.next = l
+	} else {
+		r.first = l
+	}
+	r.last = l
+	if !r.armed {
+		r.arm(l.every)
+	}
+}
+
+// remove takes l off the schedule, if it is on it.
+func (r *renewals) remove(l *lease) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.unlink(l)
+}
+
+// unlink takes l off the list. The caller holds mu.
+func (r *renewals) unlink(l *lease) {
+	if !l.listed {
+		return
+	}
+	if l.prev != nil {
+		l.prev.next = l.next
+	} else {
+		r.first = l.next
+	}
+	if l.next != nil {
+		l.next.prev = l.prev
+	} else {
+		r.last = l.prev
+	}
+	l.next, l.prev, l.listed = nil, nil, false
+}
+
+// arm sets the timer to fire in d. The caller holds mu.
+func (r *renewals) arm(d time.Duration) {
+	if r.timer == nil {
+		r.timer = time.AfterFunc(d, r.fire)
+	} else {
+		r.timer.Reset(d)
+	}
+	r.armed = true
+}
+
+// fire renews every lease that is due, and sets the timer for the next one.
+func (r *renewals) fire() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.armed = false
+	now := time.Now()
+	for r.first != nil && !r.first.due.After(now) {
+		l := r.first
+		r.unlink(l)
+		go l.renew()
+	}
+	if r.first != nil {
+		r.arm(r.first.due.Sub(now))
 	}
 }
