@@ -26,15 +26,18 @@ type Operation struct {
 	lease  lease  // whether the key is known lost; in phased mode, its renewal
 }
 
-// run is the per-operation state of an executing operation, in one allocation: the
-// context its work gets (its parent plus the Operation), the Operation, the replayable
-// request body, and for an HTTP request the request its handler gets (the original's
-// copy with the run's context).
+// run is the per-operation state of an executing operation, in one allocation made once
+// its key is claimed: the context its work gets (its parent plus the Operation), the
+// Operation (with its lease, which the engine's renewals list), the replayable request
+// body, for an HTTP request the request its handler gets (the original's copy with the
+// run's context), and the context of its completion or release.
 type run struct {
 	context.Context
-	op   Operation
-	body bytes.Reader
-	req  http.Request
+	op      Operation
+	body    bytes.Reader
+	req     http.Request
+	ctx     storeCtx
+	ctxUsed bool
 }
 
 // start makes rn the state of an operation that runs under lock, and starts renewing its

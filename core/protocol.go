@@ -22,9 +22,9 @@ import (
 // events report. The timings are read only when Hooks is set (start is zero otherwise):
 // one wall-clock read at the entry, monotonic offsets from it after.
 //
-// It is the one allocation of the engine's own for an operation: the fingerprint, the
-// contexts of its store calls and, once the key is claimed, the state its work runs
-// with are in it.
+// It is the engine's own allocation for an operation that does not run (a replay, a
+// conflict): the fingerprint and the context of the claim are in it. A claimed key's
+// work gets a second (run), which its lease's renewals need no more of.
 type call struct {
 	storage.Claim
 	route    string        // http.Request.Pattern
@@ -33,10 +33,10 @@ type call struct {
 	complete time.Duration // in Lock.Complete
 	release  time.Duration // in Lock.Release
 
-	fp   [sha256.Size]byte // the default fingerprint's memory (Claim.Fingerprint)
-	ctx  [2]storeCtx       // the contexts of a claim, and of a completion or a release
-	ctxs int               // how many of ctx are used
-	run  run               // the work's state, once the key is claimed
+	fp      [sha256.Size]byte // the default fingerprint's memory (Claim.Fingerprint)
+	ctx     storeCtx          // the claim's context
+	ctxUsed bool
+	run     *run // the work's state, once the key is claimed
 }
 
 // outcome is what the protocol did with one operation.
@@ -171,7 +171,8 @@ func (e *Engine) cancelled(ctx context.Context, c *call, cause error) outcome {
 // execute runs w under lock and records its outcome before anything is answered.
 func (e *Engine) execute(ctx context.Context, c *call, lock storage.Lock, body []byte, w work) outcome {
 	e.observe(ctx, c, e.started(ctx, c, lock), 0, nil)
-	rn := &c.run
+	rn := new(run)
+	c.run = rn
 	rn.start(ctx, e, c, lock, e.renewedLease(), body)
 	op := &rn.op
 	var (

@@ -8,7 +8,7 @@ import (
 
 // storeCtx is the context of one store call (Claim, Lookup, Complete, Release): its
 // parent's values, the parent's cancellation unless detached, and a deadline. It lives in
-// the operation's state (call.ctxs) and allocates nothing until a store asks for Done:
+// the operation's state (call.ctx, run.ctx) and allocates nothing until a store asks for Done:
 // a store that only reads Err (memstore) costs a clock read, and one that selects on
 // Done (a database driver) gets a channel and a timer then, as from context.WithTimeout.
 // Every field but those under mu is set before the context is handed out.
@@ -28,10 +28,12 @@ type storeCtx struct {
 // its cancellation unless detached. The caller ends it (end) when the call returns.
 func (c *call) storeCtx(parent context.Context, d time.Duration, detached bool) *storeCtx {
 	var sc *storeCtx
-	if c.ctxs < len(c.ctx) {
-		sc = &c.ctx[c.ctxs]
-		c.ctxs++
-	} else { // past the two calls most operations make (a claim's retries, a release after a failed completion, a twin's lookup)
+	switch {
+	case !c.ctxUsed:
+		sc, c.ctxUsed = &c.ctx, true
+	case c.run != nil && !c.run.ctxUsed:
+		sc, c.run.ctxUsed = &c.run.ctx, true
+	default: // past the two calls most operations make (a claim's retries, a release after a failed completion, a twin's lookup)
 		sc = new(storeCtx)
 	}
 	sc.parent, sc.deadline, sc.detached = parent, time.Now().Add(d), detached
