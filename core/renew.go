@@ -122,6 +122,10 @@ func (l *lease) stop() {
 // and no timer or closure of its own, so an operation shorter than Lease/3 allocates
 // nothing for its lease. A lease that comes due is renewed in a goroutine of its own
 // (a slow store delays no other renewal), which adds it again.
+//
+// The timer belongs to the synctest bubble (testing/synctest) that made it: an Engine
+// whose operations renew in more than one bubble renews only in that one, so a test
+// that relies on renewals makes its Engine inside its bubble.
 type renewals struct {
 	mu          sync.Mutex
 	first, last *lease
