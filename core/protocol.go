@@ -37,6 +37,8 @@ type call struct {
 	ctx  [2]storeCtx       // the contexts of a claim, and of a completion or a release
 	ctxs int               // how many of ctx are used
 	run  run               // the work's state, once the key is claimed
+	// completing: core.Completer runs the operation (no client waits for it)
+	completing bool
 }
 
 // outcome is what the protocol did with one operation.
@@ -363,7 +365,7 @@ func (e *Engine) observe(ctx context.Context, c *call, outcome Outcome, status i
 		return
 	}
 	e.cfg.Hooks.Observe(ctx, Event{Outcome: outcome, Scope: c.Scope, Key: c.Key, Method: c.Method, Path: c.Path, Route: c.route, Status: status, Err: err,
-		Elapsed: c.since(), StoreClaim: c.claim, StoreComplete: c.complete, StoreRelease: c.release})
+		Elapsed: c.since(), StoreClaim: c.claim, StoreComplete: c.complete, StoreRelease: c.release, Completing: c.completing})
 }
 
 // attrs are the fields of every log line about c: scope, key, method, path, the route
