@@ -29,8 +29,19 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     response_body    bytea,
     created_at       timestamptz NOT NULL DEFAULT now(),
     completed_at     timestamptz,
+    -- core.Completer (core.Config.KeepRequest): the request kept to run an abandoned
+    -- operation again (storage.EncodeRequest; NULL unless kept, cleared on completion),
+    -- the completer's attempts on the key and when it may try next.
+    request            bytea,
+    completer_attempts integer     NOT NULL DEFAULT 0,
+    next_attempt       timestamptz,
     PRIMARY KEY (scope, idem_key)
 );
+
+-- A table made before the completer's columns existed gets them here.
+ALTER TABLE idempotency_keys ADD COLUMN IF NOT EXISTS request bytea,
+    ADD COLUMN IF NOT EXISTS completer_attempts integer NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS next_attempt timestamptz;
 
 -- Expiry: DeleteExpired removes the oldest keys first.
 CREATE INDEX IF NOT EXISTS idempotency_keys_created_at_idx ON idempotency_keys (created_at);

@@ -1,7 +1,11 @@
 package storage
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
 	"net/http"
 	"time"
 )
@@ -55,4 +59,57 @@ type Completable interface {
 	// one atomic compare-and-set, so of completers racing on one key exactly one wins.
 	// Counting before running bounds the attempts even when a completer dies mid-run.
 	BeginAttempt(ctx context.Context, scope, key string, seen int, backoff time.Duration) (bool, error)
+}
+
+// requestFormat is the first byte of an encoded Request, so that a later format can be
+// told apart.
+const requestFormat = 1
+
+// EncodeRequest serialises a kept request for a store's column (bytes): a format byte,
+// then the method, the URI, the headers (EncodeHeader) and the body, each preceded by its
+// length as a uvarint. A nil request encodes as nil (the column stays NULL). Stores give
+// the bytes back to DecodeRequest.
+func EncodeRequest(r *Request) []byte {
+	if r == nil {
+		return nil
+	}
+	h := EncodeHeader(r.Header)
+	b := make([]byte, 0, 1+4*binary.MaxVarintLen32+len(r.Method)+len(r.URI)+len(h)+len(r.Body))
+	b = append(b, requestFormat)
+	for _, part := range [][]byte{[]byte(r.Method), []byte(r.URI), h, r.Body} {
+		b = binary.AppendUvarint(b, uint64(len(part)))
+		b = append(b, part...)
+	}
+	return b
+}
+
+// DecodeRequest parses what EncodeRequest produced; nil or empty input gives nil.
+func DecodeRequest(b []byte) (*Request, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	if b[0] != requestFormat {
+		return nil, fmt.Errorf("storage: kept request: unknown format %d", b[0])
+	}
+	b = b[1:]
+	var parts [4][]byte
+	for i := range parts {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > uint64(len(b)-k) {
+			return nil, errors.New("storage: kept request: truncated")
+		}
+		parts[i], b = b[k:k+int(n)], b[k+int(n):]
+	}
+	if len(b) != 0 {
+		return nil, errors.New("storage: kept request: trailing bytes")
+	}
+	r := &Request{Method: string(parts[0]), URI: string(parts[1]), Body: bytes.Clone(parts[3])}
+	if len(parts[2]) > 0 {
+		h, err := DecodeHeader(parts[2])
+		if err != nil {
+			return nil, err
+		}
+		r.Header = h
+	}
+	return r, nil
 }
