@@ -63,9 +63,7 @@ func run(t *testing.T, h Harness) {
 			tests = append(tests, atomicTests...)
 		} else {
 			tests = append(append(tests, phasedTests...), engineTests...)
-			if _, ok := first.Store.(storage.Completable); ok {
-				tests = append(tests, completerTests...)
-			}
+			tests = append(tests, completerTests...)
 		}
 		if withTx {
 			tests = append(tests, txTests...)
