@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core/storage"
+	"github.com/idemkit/idem/internal/backoff"
 )
 
 // Completer finishes phased operations whose clients never came back: a request that
@@ -53,8 +54,9 @@ type Completer struct {
 	Interval time.Duration
 	// MaxAttempts bounds the attempts on one key. Default: 5.
 	MaxAttempts int
-	// Backoff is the wait after a key's first attempt before its second; it doubles
-	// with each attempt, up to an hour. Default: 30s.
+	// Backoff bounds the wait after a key's first attempt before its second; the bound
+	// doubles with each attempt, up to an hour (or Backoff if longer), and each wait is
+	// drawn from the upper half of its bound. Default: 30s.
 	Backoff time.Duration
 	// BatchSize is the most keys one Pass lists. Default: 100.
 	BatchSize int
@@ -163,16 +165,15 @@ func (c *Completer) query() storage.AbandonedQuery {
 	return q
 }
 
-// backoff is the wait after attempt n (1 for the first) before the next.
+// backoff is the wait after attempt n (1 for the first) before the next: Backoff doubled
+// per attempt up to an hour, drawn from the upper half of that bound (internal/backoff,
+// the clients' own), so keys that failed together are not retried together.
 func (c *Completer) backoff(n int) time.Duration {
 	d := c.Backoff
 	if d <= 0 {
 		d = defaultCompleterBackoff
 	}
-	for i := 1; i < n && d < maxCompleterBackoff; i++ {
-		d *= 2
-	}
-	return min(d, maxCompleterBackoff)
+	return backoff.Delay(d, max(d, maxCompleterBackoff), n)
 }
 
 func (c *Completer) logger() *slog.Logger {
@@ -204,8 +205,9 @@ func (c *Completer) Pass(ctx context.Context) (int, error) {
 		if ctx.Err() != nil {
 			return completed, context.Cause(ctx)
 		}
+		wait := c.backoff(rec.Attempts + 1)
 		sctx, cancel := context.WithTimeout(ctx, c.Engine.cfg.StoreTimeout)
-		won, err := store.BeginAttempt(sctx, rec.Scope, rec.Key, rec.Attempts, c.backoff(rec.Attempts+1))
+		won, err := store.BeginAttempt(sctx, rec.Scope, rec.Key, rec.Attempts, wait)
 		cancel()
 		if err != nil {
 			return completed, fmt.Errorf("idem: counting a completer attempt: %w", err)
@@ -213,16 +215,16 @@ func (c *Completer) Pass(ctx context.Context) (int, error) {
 		if !won { // another completer, or the client's retry, has it
 			continue
 		}
-		if c.attempt(ctx, rec, rec.Attempts+1, q.MaxAttempts) {
+		if c.attempt(ctx, rec, rec.Attempts+1, q.MaxAttempts, wait) {
 			completed++
 		}
 	}
 	return completed, nil
 }
 
-// attempt runs rec's kept request through the handler as attempt n and reports whether
-// the key is completed afterwards.
-func (c *Completer) attempt(ctx context.Context, rec *storage.Record, n, most int) (completed bool) {
+// attempt runs rec's kept request through the handler as attempt n (the next one due
+// after wait) and reports whether the key is completed afterwards.
+func (c *Completer) attempt(ctx context.Context, rec *storage.Record, n, most int, wait time.Duration) (completed bool) {
 	log := c.logger()
 	attrs := []slog.Attr{slog.String("scope", clip(rec.Scope)), slog.String("key", clip(rec.Key)),
 		slog.String("method", clip(rec.Request.Method)), slog.String("uri", clip(rec.Request.URI)),
@@ -251,7 +253,7 @@ func (c *Completer) attempt(ctx context.Context, rec *storage.Record, n, most in
 	if n >= most {
 		log.LogAttrs(ctx, slog.LevelError, "idem: the completer gives up on an abandoned operation; it is left for its client's retry", attrs...)
 	} else {
-		log.LogAttrs(ctx, slog.LevelWarn, "idem: a completer attempt did not complete the operation; it will try again", append(attrs, slog.Duration("retry_in", c.backoff(n)))...)
+		log.LogAttrs(ctx, slog.LevelWarn, "idem: a completer attempt did not complete the operation; it will try again", append(attrs, slog.Duration("retry_in", wait))...)
 	}
 	return false
 }

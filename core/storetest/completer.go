@@ -386,7 +386,7 @@ func testCompleterAttemptsBounded(s *suite) {
 		n, err := c.Pass(s.ctx)
 		require.NoError(s.t, err)
 		require.Zero(s.t, n)
-		letTimePass(2 * c.Backoff << completerMaxAttempts) // every backoff comes due
+		letTimePass(c.Backoff << completerMaxAttempts) // every backoff comes due
 	}
 	require.EqualValues(s.t, completerMaxAttempts, p.completing.Load(), "the completer tries MaxAttempts times, no more")
 	require.Equal(s.t, 1, p.runs(p.charges, key), "the charge ran once")
