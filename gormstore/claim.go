@@ -267,7 +267,7 @@ func (s *Store) reclaimSQL(c storage.Claim, token any, now time.Time) (string, [
 	args = append(args, storage.EncodeRequest(c.Request), c.Scope, c.Key)
 	return "UPDATE " + s.quoted + " SET request_hash = ?, method = ?, path = ?, state = ?, recovery_point = ?, locked_until = " + leaseSQL +
 		", lease_token = ?, response_code = NULL, response_headers = NULL, response_body = NULL, created_at = " + nowSQL +
-		", completed_at = NULL, request = ?, completer_attempts = 0, next_attempt = NULL WHERE scope = ? AND idem_key = ?", args
+		", completed_at = NULL, request = ?, completer_attempts = 0, next_attempt = NULL, released_at = NULL WHERE scope = ? AND idem_key = ?", args
 }
 
 // takeoverSQL takes a started key whose lease has run out (no later than now, as

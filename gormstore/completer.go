@@ -23,7 +23,7 @@ func (s *Store) Abandoned(ctx context.Context, q storage.AbandonedQuery) ([]*sto
 	args := append(append(append(append(nowArgs, graceArgs...), horizonArgs...), q.MaxAttempts), dueArgs...)
 	args = append(args, q.Limit)
 	rows, err := s.db.WithContext(ctx).Raw("SELECT "+rowColumns+", "+nowSQL+" FROM "+s.quoted+
-		" WHERE state = 'started' AND request IS NOT NULL AND (locked_until IS NULL OR locked_until <= "+graceSQL+")"+
+		" WHERE state = 'started' AND request IS NOT NULL AND (COALESCE(locked_until, released_at) IS NULL OR COALESCE(locked_until, released_at) <= "+graceSQL+")"+
 		" AND created_at > "+horizonSQL+" AND completer_attempts < ? AND (next_attempt IS NULL OR next_attempt <= "+dueSQL+")"+
 		" ORDER BY created_at LIMIT ?", args...).Rows()
 	if err != nil {

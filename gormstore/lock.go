@@ -338,9 +338,9 @@ func (l *lock) Release(ctx context.Context) error {
 		}
 		// Not deleted: taken over, a phase committed after all, or completed by this lock.
 	}
-	// The lease ends now (not NULL: core.Completer's grace runs from it).
+	// released_at: core.Completer's grace runs from it.
 	nowSQL, nowArgs := l.s.nowSQL(l.s.clock())
-	res := l.s.db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET locked_until = "+nowSQL+started,
+	res := l.s.db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET locked_until = NULL, released_at = "+nowSQL+started,
 		append(nowArgs, l.scope, l.key, l.token)...)
 	if res.Error != nil || res.RowsAffected == 1 {
 		return fenced(ctx, "release", res)

@@ -27,7 +27,7 @@ func newCompleterQueries(table pgx.Identifier) completerQueries {
 		created_at, request, completer_attempts, next_attempt
 	FROM %[1]s
 	WHERE state = 'started' AND request IS NOT NULL
-		AND (locked_until IS NULL OR locked_until <= now() - $1::bigint * interval '1 microsecond')
+		AND coalesce(locked_until, released_at, '-infinity') <= now() - $1::bigint * interval '1 microsecond'
 		AND created_at > now() - $2::bigint * interval '1 microsecond'
 		AND completer_attempts < $3 AND (next_attempt IS NULL OR next_attempt <= now())
 	ORDER BY created_at LIMIT $4`, t)

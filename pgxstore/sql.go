@@ -141,7 +141,8 @@ VALUES ($1, $2, $3, $4, $5, 'completed', $6, $7, $8, $9, now(), statement_timest
 		replace: fmt.Sprintf(`UPDATE %[1]s SET request_hash = $3, method = $4, path = $5, state = 'started',
 	recovery_point = 'started', locked_until = now() + $7::bigint * interval '1 microsecond',
 	lease_token = $6::uuid, response_code = NULL, response_headers = NULL, response_body = NULL,
-	created_at = now(), completed_at = NULL, request = $9::bytea, completer_attempts = 0, next_attempt = NULL
+	created_at = now(), completed_at = NULL, request = $9::bytea, completer_attempts = 0, next_attempt = NULL,
+	released_at = NULL
 WHERE scope = $1 AND idem_key = $2 AND %[2]s AND NOT %[3]s
 RETURNING created_at`, t, expired(8), liveExpr),
 
@@ -180,9 +181,11 @@ WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'start
 WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'started' AND recovery_point = 'started'`, t),
 		// unlease ends the lease of a key this token holds and keeps the token, or finds
 		// the key completed by this token (a completion whose reply was lost) and changes
-		// nothing: its locked_until is already NULL. A started key's lease ends now, not
-		// NULL: core.Completer's grace runs from it. $1 scope, $2 key, $3 token.
-		unlease: fmt.Sprintf(`UPDATE %s SET locked_until = CASE WHEN state = 'started' THEN now() END
+		// nothing: its locked_until is already NULL. A started key records when it was
+		// released (released_at): core.Completer's grace runs from it. $1 scope, $2 key,
+		// $3 token.
+		unlease: fmt.Sprintf(`UPDATE %s SET locked_until = NULL,
+	released_at = CASE WHEN state = 'started' THEN now() ELSE released_at END
 WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid`, t),
 
 		// DeleteExpired: the oldest keys created before $1, at most $2, skipping live

@@ -131,7 +131,7 @@ func testAbandonedLists(s *suite) {
 		return c
 	}
 	old := abandon("old", keptRequest())
-	letTimePass(pastLease)
+	letTimePass(2 * pastLease)
 	first := abandon("first", keptRequest())
 	second := abandon("second", keptRequest())
 	abandon("no-request", nil)
@@ -146,8 +146,13 @@ func testAbandonedLists(s *suite) {
 
 	_, keys := s.abandoned(anyAbandoned)
 	require.Equal(s.t, []string{old.Key, first.Key, second.Key}, keys, "every abandoned key, oldest first")
+	// A horizon between old's creation and first's, measured on the store's clock just
+	// before the query: the two are 2·pastLease apart, so a slow query does not move it
+	// past first.
+	oldRec, _ := s.lookup(old)
+	firstRec, now := s.lookup(first)
 	q := anyAbandoned
-	q.Horizon = pastLease
+	q.Horizon = now.Sub(oldRec.CreatedAt.Add(firstRec.CreatedAt.Sub(oldRec.CreatedAt) / 2))
 	_, keys = s.abandoned(q)
 	require.Equal(s.t, []string{first.Key, second.Key}, keys, "not a key created before the horizon")
 	q.Limit = 1
