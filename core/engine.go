@@ -31,7 +31,7 @@ type Engine struct {
 	// fingerprint is Config.Fingerprint, appending to dst: the default one writes into
 	// the call's own memory.
 	fingerprint func(dst []byte, r *http.Request, body []byte) ([]byte, error)
-	keep    []string // canonical KeepHeaders
+	keep        []string // canonical KeepHeaders
 	// retention is the store's, read once: claims and the sweeper agree on it.
 	retention time.Duration
 }
