@@ -1,0 +1,185 @@
+package core_test
+
+// Review of the completer (issue 35): each test states a rule the completer must keep.
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/memstore"
+)
+
+// reviewClock is a memstore clock the test moves by hand.
+type reviewClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *reviewClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *reviewClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// reviewApp is a payment route that charges in a phase and then fails (502) while
+// failing is set: the crash after the charge that the completer is for.
+type reviewApp struct {
+	charges atomic.Int32
+	failing atomic.Bool
+}
+
+func (a *reviewApp) handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		op := core.MustOperation(r.Context())
+		if err := op.Phase(r.Context(), "charged", func(context.Context) error { a.charges.Add(1); return nil }); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if a.failing.Load() {
+			http.Error(w, "down", http.StatusBadGateway)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"paid":true}`))
+	})
+}
+
+func reviewPay(h http.Handler, uri, key string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodPost, uri, strings.NewReader(`{"amount":5}`))
+	r.Header.Set("Idempotency-Key", key)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// TestCompleterNeverRunsAnExpiredKeyFromTheStart: the completer only ever resumes a key
+// it listed; when the key is past retention by the time the engine claims it (a Horizon
+// longer than the retention, or a key that expires, or is swept, between the listing and
+// the claim), the claim is a fresh one, from RecoveryStarted, and every phase runs
+// again: the customer is charged twice. A completion must take the key over or do
+// nothing; it must never claim it anew.
+func TestCompleterNeverRunsAnExpiredKeyFromTheStart(t *testing.T) {
+	t.Parallel()
+	const retention = time.Hour
+	for name, tc := range map[string]struct {
+		horizon time.Duration
+		before  time.Duration // the clock moves this much after the crash, before the pass
+		during  time.Duration // and this much between the listing and the engine's claim
+	}{
+		"horizon beyond retention":             {horizon: 3 * retention, before: 2 * retention},
+		"expires between listing and claiming": {before: retention - time.Second, during: 2 * time.Second},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			clock := &reviewClock{now: time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)}
+			store := memstore.New(memstore.WithClock(clock.Now), memstore.WithRetention(retention))
+			eng, err := core.New(core.Config{Store: store, KeepRequest: true, Lease: time.Second})
+			require.NoError(t, err)
+			app := &reviewApp{}
+			app.failing.Store(true)
+			mux := http.NewServeMux()
+			mux.Handle("POST /pay", eng.Middleware(func(*http.Request) string { return "alice" })(app.handler()))
+
+			require.Equal(t, http.StatusBadGateway, reviewPay(mux, "/pay", "k").Code)
+			require.EqualValues(t, 1, app.charges.Load())
+			app.failing.Store(false)
+			clock.Add(tc.before)
+
+			// The time the completer's request takes to reach the engine (the clock moves
+			// after the listing and BeginAttempt, before the claim).
+			slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				clock.Add(tc.during)
+				mux.ServeHTTP(w, r)
+			})
+			c := &core.Completer{Engine: eng, Handler: slow, Grace: time.Nanosecond, Horizon: tc.horizon}
+			_, err = c.Pass(t.Context())
+			require.NoError(t, err)
+			assert.EqualValues(t, 1, app.charges.Load(), "the charge phase ran again: the completer claimed an expired key anew")
+		})
+	}
+}
+
+// TestKeptRequestIsThePathTheRouterReceived: the completer sends the kept request through
+// Handler, the application's router, so the kept URI must be the one that router
+// received. Under http.StripPrefix (an API mounted under /api) the engine sees the path
+// with the prefix stripped, keeps that, and the router answers the completer 404: the
+// route is "gone" for every abandoned payment, and the completer gives up on each.
+func TestKeptRequestIsThePathTheRouterReceived(t *testing.T) {
+	t.Parallel()
+	store := memstore.New()
+	eng, err := core.New(core.Config{Store: store, KeepRequest: true})
+	require.NoError(t, err)
+	app := &reviewApp{}
+	app.failing.Store(true)
+	api := http.NewServeMux()
+	api.Handle("POST /pay", eng.Middleware(func(*http.Request) string { return "alice" })(app.handler()))
+	root := http.NewServeMux()
+	root.Handle("/api/", http.StripPrefix("/api", api))
+
+	require.Equal(t, http.StatusBadGateway, reviewPay(root, "/api/pay?order=7", "k").Code)
+	rec, _, err := store.Lookup(t.Context(), "alice", "k")
+	require.NoError(t, err)
+	require.NotNil(t, rec.Request)
+	assert.Equal(t, "/api/pay?order=7", rec.Request.URI, "the URI the application's router received")
+
+	app.failing.Store(false)
+	c := &core.Completer{Engine: eng, Handler: root, Grace: time.Nanosecond}
+	n, err := c.Pass(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "the completer completes the payment through the application's router")
+	assert.EqualValues(t, 1, app.charges.Load())
+}
+
+// TestCompleterGraceRunsFromTheLastRelease: Grace is "how long after a lease ended the
+// Completer leaves the key to its client's own retry". A client retry that fails (its
+// lease released just now) while the completer's pass is under way must not be followed
+// at once by a completer attempt on the key: BeginAttempt only checks that the lease is
+// not live, not that it ended Grace ago, so the listing's grace check is stale by then.
+func TestCompleterGraceRunsFromTheLastRelease(t *testing.T) {
+	t.Parallel()
+	clock := &reviewClock{now: time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)}
+	store := memstore.New(memstore.WithClock(clock.Now))
+	eng, err := core.New(core.Config{Store: store, KeepRequest: true, Lease: time.Second})
+	require.NoError(t, err)
+	app := &reviewApp{}
+	app.failing.Store(true)
+	mux := http.NewServeMux()
+	mux.Handle("POST /pay", eng.Middleware(func(*http.Request) string { return "alice" })(app.handler()))
+
+	require.Equal(t, http.StatusBadGateway, reviewPay(mux, "/pay", "k1").Code)
+	clock.Add(time.Millisecond) // k1 is the older: the pass runs it first
+	require.Equal(t, http.StatusBadGateway, reviewPay(mux, "/pay", "k2").Code)
+	clock.Add(2 * time.Minute)
+
+	// While the completer runs k1, k2's client retries and fails again: its lease ends now.
+	var once sync.Once
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if comp, ok := core.CompletionFromContext(r.Context()); ok && comp.Key == "k1" {
+			once.Do(func() { require.Equal(t, http.StatusBadGateway, reviewPay(mux, "/pay", "k2").Code) })
+		}
+		mux.ServeHTTP(w, r)
+	})
+	c := &core.Completer{Engine: eng, Handler: h, Grace: time.Minute, Backoff: time.Hour}
+	_, err = c.Pass(t.Context())
+	require.NoError(t, err)
+	rec, _, err := store.Lookup(t.Context(), "alice", "k2")
+	require.NoError(t, err)
+	assert.Zero(t, rec.Attempts, "k2's lease ended 0s ago, not Grace (1m) ago: the completer must leave it to its client")
+	assert.EqualValues(t, 2, app.charges.Load(), "one charge per key")
+}
