@@ -4,6 +4,7 @@ package core_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -182,4 +183,51 @@ func TestCompleterGraceRunsFromTheLastRelease(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, rec.Attempts, "k2's lease ended 0s ago, not Grace (1m) ago: the completer must leave it to its client")
 	assert.EqualValues(t, 2, app.charges.Load(), "one charge per key")
+}
+
+// TestCompleterSaysWhyAFingerprintMismatchCannotComplete: with a Fingerprint that reads a
+// header KeepHeaders does not keep (FingerprintWithHeaders("X-Tenant")), the completer's
+// request fingerprints differently from the claim's, and the engine answers it 422 on
+// every attempt: the payment can never complete this way. That is a configuration error
+// the operator must be told as such (naming the fingerprint and KeepHeaders), not a
+// "handler answered 422" retried with backoff until MaxAttempts.
+func TestCompleterSaysWhyAFingerprintMismatchCannotComplete(t *testing.T) {
+	t.Parallel()
+	store := memstore.New()
+	eng, err := core.New(core.Config{Store: store, KeepRequest: true, Fingerprint: core.FingerprintWithHeaders("X-Tenant")})
+	require.NoError(t, err)
+	app := &reviewApp{}
+	app.failing.Store(true)
+	mux := http.NewServeMux()
+	mux.Handle("POST /pay", eng.Middleware(func(*http.Request) string { return "alice" })(app.handler()))
+	r := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader(`{"amount":5}`))
+	r.Header.Set("Idempotency-Key", "k")
+	r.Header.Set("X-Tenant", "acme")
+	w := httptest.NewRecorder()
+	mux.ServeHTTP(w, r)
+	require.Equal(t, http.StatusBadGateway, w.Code)
+	app.failing.Store(false)
+
+	var logs strings.Builder
+	var mu sync.Mutex
+	c := &core.Completer{Engine: eng, Handler: mux, Grace: time.Nanosecond, Backoff: time.Nanosecond,
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))}
+	_, err = c.Pass(t.Context())
+	require.NoError(t, err)
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	t.Log(out)
+	assert.Regexp(t, "(?i)fingerprint", out, "the log names the cause: the kept request no longer matches the key's fingerprint (KeepHeaders)")
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *strings.Builder
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
 }
