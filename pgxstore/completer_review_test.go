@@ -162,3 +162,26 @@ func TestCompleterNeverClaimsAnExpiredKeyAnewOnPostgres(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, a.charges["old"], "the completer charged again: it claimed an expired key anew")
 }
+
+// TestOneUnreadableKeptRequestDoesNotStopTheCompleter: a kept request the store cannot
+// decode (a format a newer version wrote during a rolling deploy, a damaged value) must
+// not fail the whole listing: today Abandoned returns an error for the batch, every Pass
+// fails on it, and no abandoned payment behind it is ever completed.
+func TestOneUnreadableKeptRequestDoesNotStopTheCompleter(t *testing.T) {
+	t.Parallel()
+	db := sharedPool(t)
+	store, schema := newStore(t, db)
+	a, eng, h := newReviewPayments(t, store, core.Config{})
+	a.failing.Store(true)
+	require.Equal(t, http.StatusBadGateway, reviewPost(h, "unreadable").Code)
+	require.Equal(t, http.StatusBadGateway, reviewPost(h, "fine").Code)
+	a.failing.Store(false)
+	exec(t, db, `UPDATE `+schema+`.idempotency_keys SET request = '\x02'::bytea, created_at = created_at - interval '1 second'
+		WHERE idem_key = 'unreadable'`)
+
+	c := &core.Completer{Engine: eng, Handler: h, Grace: time.Nanosecond}
+	n, err := c.Pass(t.Context())
+	assert.NoError(t, err)
+	assert.Equal(t, 1, n, "the readable key is completed")
+	assert.Equal(t, 1, a.receipts["fine"])
+}
