@@ -70,6 +70,13 @@ func (e *Engine) protocol(ctx context.Context, c *call, body []byte, w work) out
 		return e.storeFailed(ctx, c, err)
 	case claimed.Lock == nil:
 		return e.answer(ctx, c, claimed.Verdict, claimed.Record)
+	case c.completing && claimed.Verdict == storage.VerdictAbsent:
+		// The Completer resumes a key it listed started; a fresh claim means the key
+		// expired (or was swept) meanwhile: running it would repeat every phase.
+		err := withRelease(errors.New("idem: the completer's key expired before it was resumed; not running it again from its first phase"), e.release(ctx, c, claimed.Lock))
+		e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: the completer's key is gone; nothing run", e.attrs(c, err)...)
+		return outcome{event: OutcomeRejected, problem: ProblemCannotResume, err: err,
+			detail: "The operation expired before it could be completed; nothing was run."}
 	}
 	return e.execute(ctx, c, claimed.Lock, body, w)
 }
