@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem/core/storage"
@@ -108,7 +109,13 @@ func (c *Completion) scopeOr(scope func() string) string {
 // keptRequest is what the store keeps of r, whose body the engine read, for the
 // Completer (Config.KeepRequest).
 func (e *Engine) keptRequest(r *http.Request, body []byte) *storage.Request {
-	kept := &storage.Request{Method: r.Method, URI: r.URL.RequestURI(), Body: bytes.Clone(body)}
+	// The URI the server received, as the application's router (Completer.Handler) sees
+	// it: r.URL may have been rewritten on the way (http.StripPrefix), r.RequestURI not.
+	uri := r.RequestURI
+	if !strings.HasPrefix(uri, "/") {
+		uri = r.URL.RequestURI()
+	}
+	kept := &storage.Request{Method: r.Method, URI: uri, Body: bytes.Clone(body)}
 	for _, name := range e.keep {
 		if v := r.Header.Values(name); len(v) > 0 {
 			if kept.Header == nil {
