@@ -231,3 +231,25 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	return w.b.Write(p)
 }
+
+// TestKeptRequestReachesAHostRoute: the completer's request is built from the kept
+// method, URI, headers and body only; it has no Host, so a router that routes by host
+// (http.ServeMux's "POST api.example.com/pay", a virtual-hosted API) answers it 404: the
+// route is "gone" for every abandoned payment and the completer gives up on each.
+func TestKeptRequestReachesAHostRoute(t *testing.T) {
+	t.Parallel()
+	store := memstore.New()
+	eng, err := core.New(core.Config{Store: store, KeepRequest: true})
+	require.NoError(t, err)
+	app := &reviewApp{}
+	app.failing.Store(true)
+	mux := http.NewServeMux()
+	mux.Handle("POST api.example.com/pay", eng.Middleware(func(*http.Request) string { return "alice" })(app.handler()))
+	require.Equal(t, http.StatusBadGateway, reviewPay(mux, "http://api.example.com/pay", "k").Code)
+	app.failing.Store(false)
+
+	c := &core.Completer{Engine: eng, Handler: mux, Grace: time.Nanosecond}
+	n, err := c.Pass(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "the completer reaches the route the client reached")
+}
