@@ -253,3 +253,36 @@ func TestKeptRequestReachesAHostRoute(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, n, "the completer reaches the route the client reached")
 }
+
+// TestCompleterStopsWhenTheEngineNeverSawItsRequest: after a deploy the kept URI may
+// reach a handler that is no longer behind the idempotency middleware (the route moved
+// out of the group, a catch-all took the path). The completer cannot prevent the first
+// unguarded run, but it learns from it that the engine never claimed the key, and must
+// not run the unguarded handler again on each of its MaxAttempts (here 5 more charges).
+func TestCompleterStopsWhenTheEngineNeverSawItsRequest(t *testing.T) {
+	t.Parallel()
+	clock := &reviewClock{now: time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)}
+	store := memstore.New(memstore.WithClock(clock.Now))
+	eng, err := core.New(core.Config{Store: store, KeepRequest: true, Lease: time.Second})
+	require.NoError(t, err)
+	app := &reviewApp{}
+	app.failing.Store(true)
+	before := http.NewServeMux()
+	before.Handle("POST /pay", eng.Middleware(func(*http.Request) string { return "alice" })(app.handler()))
+	require.Equal(t, http.StatusBadGateway, reviewPay(before, "/pay", "k").Code)
+
+	// The next deploy serves POST /pay without the middleware.
+	var unguarded atomic.Int32
+	after := http.NewServeMux()
+	after.HandleFunc("POST /pay", func(w http.ResponseWriter, _ *http.Request) {
+		unguarded.Add(1) // a charge
+		w.WriteHeader(http.StatusCreated)
+	})
+	c := &core.Completer{Engine: eng, Handler: after, Grace: time.Nanosecond, Backoff: time.Second, MaxAttempts: 5}
+	for range 5 {
+		_, err := c.Pass(t.Context())
+		require.NoError(t, err)
+		clock.Add(2 * time.Hour) // past any backoff
+	}
+	assert.LessOrEqual(t, unguarded.Load(), int32(1), "the completer ran an unguarded handler again after learning the engine never claimed the key")
+}
