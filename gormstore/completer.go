@@ -40,6 +40,9 @@ func (s *Store) Abandoned(ctx context.Context, q storage.AbandonedQuery) ([]*sto
 		if err != nil {
 			return nil, err
 		}
+		if rec.Request == nil { // kept, but unreadable by this version: left to its client
+			continue
+		}
 		recs = append(recs, rec)
 	}
 	if err := rows.Err(); err != nil {

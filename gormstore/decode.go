@@ -74,11 +74,12 @@ func (r *row) record() (*storage.Record, error) {
 		State: storage.State(r.state), RecoveryPoint: r.point, LockedUntil: r.lockedUntil,
 		CreatedAt: r.createdAt, CompletedAt: r.completedAt, Attempts: int(r.attempts), NextAttempt: r.nextAttempt,
 	}
-	req, err := storage.DecodeRequest(r.request)
-	if err != nil {
-		return nil, fmt.Errorf("gormstore: kept request of key %q: %w", r.key, err)
+	// The kept request is the completer's alone: one this version cannot read (a newer
+	// format, a damaged value) must not fail the key's own claims and reads; Abandoned
+	// skips the key (its Request is nil).
+	if req, err := storage.DecodeRequest(r.request); err == nil {
+		rec.Request = req
 	}
-	rec.Request = req
 	if rec.State == storage.StateCompleted {
 		h, err := storage.DecodeHeader(r.headers)
 		if err != nil {

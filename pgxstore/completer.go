@@ -71,15 +71,17 @@ func (s *Store) Abandoned(ctx context.Context, q storage.AbandonedQuery) ([]*sto
 	if err != nil {
 		return nil, classify(ctx, "list abandoned keys", err, false)
 	}
-	recs := make([]*storage.Record, len(keys))
+	recs := make([]*storage.Record, 0, len(keys))
 	for i := range keys {
 		req, err := storage.DecodeRequest(requests[i])
 		if err != nil {
-			return nil, fmt.Errorf("pgxstore: key %q: %w", keys[i], err)
+			// A kept request this version cannot read (a newer format, a damaged value) is
+			// left to its client; it must not stop the keys behind it.
+			continue
 		}
-		recs[i] = &storage.Record{Scope: scopes[i], Key: keys[i], Fingerprint: hashes[i], Method: methods[i], Path: paths[i],
+		recs = append(recs, &storage.Record{Scope: scopes[i], Key: keys[i], Fingerprint: hashes[i], Method: methods[i], Path: paths[i],
 			State: storage.StateStarted, RecoveryPoint: points[i], LockedUntil: locked[i].Time, CreatedAt: created[i],
-			Request: req, Attempts: int(attempts[i]), NextAttempt: next[i].Time}
+			Request: req, Attempts: int(attempts[i]), NextAttempt: next[i].Time})
 	}
 	return recs, nil
 }
