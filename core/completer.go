@@ -72,6 +72,11 @@ type Completion struct {
 	Scope, Key string
 	// Attempt counts the Completer's attempts on the key, 1 for the first.
 	Attempt int
+
+	// What the engine did with the request, for the Completer: whether it saw it at all
+	// (seen), and the protocol's final event when it ran it.
+	seen    bool
+	outcome Outcome
 }
 
 type completionKey struct{}
@@ -93,8 +98,13 @@ func CompletionFromContext(ctx context.Context) (Completion, bool) {
 func (o *Operation) Completing() bool { return o.completing }
 
 // completionOf returns the Completion r's context carries, nil for a client's request.
+// The engine calls it, so it marks the Completion seen: the request reached the
+// idempotency middleware.
 func completionOf(r *http.Request) *Completion {
 	c, _ := r.Context().Value(completionKey{}).(*Completion)
+	if c != nil {
+		c.seen = true
+	}
 	return c
 }
 
@@ -115,7 +125,7 @@ func (e *Engine) keptRequest(r *http.Request, body []byte) *storage.Request {
 	if !strings.HasPrefix(uri, "/") {
 		uri = r.URL.RequestURI()
 	}
-	kept := &storage.Request{Method: r.Method, URI: uri, Body: bytes.Clone(body)}
+	kept := &storage.Request{Method: r.Method, Host: r.Host, URI: uri, Body: bytes.Clone(body)}
 	for _, name := range e.keep {
 		if v := r.Header.Values(name); len(v) > 0 {
 			if kept.Header == nil {
@@ -222,7 +232,7 @@ func (c *Completer) Pass(ctx context.Context) (int, error) {
 		if !won { // another completer, or the client's retry, has it
 			continue
 		}
-		if c.attempt(ctx, rec, rec.Attempts+1, q.MaxAttempts, wait) {
+		if c.attempt(ctx, store, rec, rec.Attempts+1, q.MaxAttempts, wait) {
 			completed++
 		}
 	}
@@ -231,13 +241,14 @@ func (c *Completer) Pass(ctx context.Context) (int, error) {
 
 // attempt runs rec's kept request through the handler as attempt n (the next one due
 // after wait) and reports whether the key is completed afterwards.
-func (c *Completer) attempt(ctx context.Context, rec *storage.Record, n, most int, wait time.Duration) (completed bool) {
+func (c *Completer) attempt(ctx context.Context, store storage.Completable, rec *storage.Record, n, most int, wait time.Duration) (completed bool) {
 	log := c.logger()
 	attrs := []slog.Attr{slog.String("scope", clip(rec.Scope)), slog.String("key", clip(rec.Key)),
 		slog.String("method", clip(rec.Request.Method)), slog.String("uri", clip(rec.Request.URI)),
 		slog.String("recovery_point", rec.RecoveryPoint), slog.Int("attempt", n)}
 	w := &discardWriter{}
-	panicked := c.serve(ctx, rec, n, w)
+	comp := &Completion{Scope: rec.Scope, Key: rec.Key, Attempt: n}
+	panicked := c.serve(ctx, rec, comp, w)
 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Engine.cfg.StoreTimeout)
 	after, _, err := c.Engine.cfg.Store.Lookup(sctx, rec.Scope, rec.Key)
@@ -253,9 +264,23 @@ func (c *Completer) attempt(ctx context.Context, rec *storage.Record, n, most in
 	if panicked != nil {
 		reason = fmt.Sprintf("the handler panicked: %v", panicked)
 	}
+	// Two causes no later attempt can fix: give up at once.
+	hopeless := ""
+	switch {
+	case !comp.seen:
+		hopeless = "the request never reached the idempotency middleware: the route is gone, is no longer behind the middleware " +
+			"(a handler that may have run unguarded), or a middleware before it refused the completer's request (let it through: core.CompletionFromContext)"
+	case comp.outcome == OutcomeMismatch:
+		hopeless = "the kept request no longer matches the key's fingerprint: keep the headers your Fingerprint reads (Config.KeepHeaders)"
+	}
 	attrs = append(attrs, slog.String("reason", reason))
 	if err != nil {
 		attrs = append(attrs, slog.Any("error", err))
+	}
+	if hopeless != "" {
+		c.exhaust(ctx, store, rec, n, most, wait)
+		log.LogAttrs(ctx, slog.LevelError, "idem: the completer gives up on an abandoned operation at once: "+hopeless+"; it is left for its client's retry", attrs...)
+		return false
 	}
 	if n >= most {
 		log.LogAttrs(ctx, slog.LevelError, "idem: the completer gives up on an abandoned operation; it is left for its client's retry", attrs...)
@@ -265,16 +290,33 @@ func (c *Completer) attempt(ctx context.Context, rec *storage.Record, n, most in
 	return false
 }
 
-// serve sends rec's kept request through the handler and returns what it panicked with,
-// if it did.
-func (c *Completer) serve(ctx context.Context, rec *storage.Record, n int, w http.ResponseWriter) (panicked any) {
+// exhaust uses up the attempts left to rec's key after attempt n, so that no completer
+// tries it again: each is BeginAttempt's compare-and-set, and one that loses (another
+// completer, a client's retry holding the key) stops it.
+func (c *Completer) exhaust(ctx context.Context, store storage.Completable, rec *storage.Record, n, most int, wait time.Duration) {
+	for seen := n; seen < most; seen++ {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Engine.cfg.StoreTimeout)
+		won, err := store.BeginAttempt(sctx, rec.Scope, rec.Key, seen, wait)
+		cancel()
+		if err != nil || !won {
+			return
+		}
+	}
+}
+
+// serve sends rec's kept request through the handler, with comp in its context, and
+// returns what it panicked with, if it did.
+func (c *Completer) serve(ctx context.Context, rec *storage.Record, comp *Completion, w http.ResponseWriter) (panicked any) {
 	kept := rec.Request
-	ctx = context.WithValue(ctx, completionKey{}, &Completion{Scope: rec.Scope, Key: rec.Key, Attempt: n})
+	ctx = context.WithValue(ctx, completionKey{}, comp)
 	r, err := http.NewRequestWithContext(ctx, kept.Method, kept.URI, bytes.NewReader(kept.Body))
 	if err != nil {
 		return err
 	}
 	r.RequestURI = kept.URI
+	if kept.Host != "" {
+		r.Host = kept.Host
+	}
 	r.RemoteAddr = "idem-completer"
 	for k, v := range kept.Header {
 		r.Header[k] = append([]string(nil), v...)

@@ -147,44 +147,6 @@ func TestKeptRequestIsThePathTheRouterReceived(t *testing.T) {
 	assert.EqualValues(t, 1, app.charges.Load())
 }
 
-// TestCompleterGraceRunsFromTheLastRelease: Grace is "how long after a lease ended the
-// Completer leaves the key to its client's own retry". A client retry that fails (its
-// lease released just now) while the completer's pass is under way must not be followed
-// at once by a completer attempt on the key: BeginAttempt only checks that the lease is
-// not live, not that it ended Grace ago, so the listing's grace check is stale by then.
-func TestCompleterGraceRunsFromTheLastRelease(t *testing.T) {
-	t.Parallel()
-	clock := &reviewClock{now: time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)}
-	store := memstore.New(memstore.WithClock(clock.Now))
-	eng, err := core.New(core.Config{Store: store, KeepRequest: true, Lease: time.Second})
-	require.NoError(t, err)
-	app := &reviewApp{}
-	app.failing.Store(true)
-	mux := http.NewServeMux()
-	mux.Handle("POST /pay", eng.Middleware(func(*http.Request) string { return "alice" })(app.handler()))
-
-	require.Equal(t, http.StatusBadGateway, reviewPay(mux, "/pay", "k1").Code)
-	clock.Add(time.Millisecond) // k1 is the older: the pass runs it first
-	require.Equal(t, http.StatusBadGateway, reviewPay(mux, "/pay", "k2").Code)
-	clock.Add(2 * time.Minute)
-
-	// While the completer runs k1, k2's client retries and fails again: its lease ends now.
-	var once sync.Once
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if comp, ok := core.CompletionFromContext(r.Context()); ok && comp.Key == "k1" {
-			once.Do(func() { require.Equal(t, http.StatusBadGateway, reviewPay(mux, "/pay", "k2").Code) })
-		}
-		mux.ServeHTTP(w, r)
-	})
-	c := &core.Completer{Engine: eng, Handler: h, Grace: time.Minute, Backoff: time.Hour}
-	_, err = c.Pass(t.Context())
-	require.NoError(t, err)
-	rec, _, err := store.Lookup(t.Context(), "alice", "k2")
-	require.NoError(t, err)
-	assert.Zero(t, rec.Attempts, "k2's lease ended 0s ago, not Grace (1m) ago: the completer must leave it to its client")
-	assert.EqualValues(t, 2, app.charges.Load(), "one charge per key")
-}
-
 // TestCompleterSaysWhyAFingerprintMismatchCannotComplete: with a Fingerprint that reads a
 // header KeepHeaders does not keep (FingerprintWithHeaders("X-Tenant")), the completer's
 // request fingerprints differently from the claim's, and the engine answers it 422 on

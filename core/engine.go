@@ -177,6 +177,9 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 		}
 		return e.recordable(buf), nil
 	})
+	if comp != nil {
+		comp.outcome = out.event // what the Completer learns of its attempt
+	}
 	e.respond(w, r, c, buf, out)
 	return true, body
 }

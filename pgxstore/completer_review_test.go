@@ -185,30 +185,3 @@ func TestOneUnreadableKeptRequestDoesNotStopTheCompleter(t *testing.T) {
 	assert.Equal(t, 1, n, "the readable key is completed")
 	assert.Equal(t, 1, a.receipts["fine"])
 }
-
-// TestAnEngineWithoutKeepRequestRunsOnATableWithoutTheCompleterColumns: an application
-// that upgrades the module but not its hand-managed table (Migrate not called; the
-// docs say the columns are "for the completer") must keep working when it does not opt
-// in. Today every claim names the request column, so every keyed request fails.
-func TestAnEngineWithoutKeepRequestRunsOnATableWithoutTheCompleterColumns(t *testing.T) {
-	t.Parallel()
-	db := sharedPool(t)
-	_, schema := newStore(t, db)
-	table := schema + ".before_upgrade"
-	exec(t, db, `CREATE TABLE `+table+` (
-    scope text NOT NULL, idem_key text NOT NULL, request_hash bytea NOT NULL,
-    method text NOT NULL DEFAULT '', path text NOT NULL DEFAULT '',
-    state text NOT NULL DEFAULT 'started' CHECK (state IN ('started', 'completed')),
-    recovery_point text NOT NULL DEFAULT 'started', locked_until timestamptz, lease_token uuid,
-    response_code integer, response_headers bytea, response_body bytea,
-    created_at timestamptz NOT NULL DEFAULT now(), completed_at timestamptz,
-    PRIMARY KEY (scope, idem_key))`)
-	store := pgxstore.New(db, pgxstore.WithTable(table))
-	eng, err := core.New(core.Config{Store: store, Mode: core.ModePhased})
-	require.NoError(t, err)
-	h := eng.Middleware(func(*http.Request) string { return "alice" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusCreated)
-	}))
-	w := reviewPost(h, "k")
-	assert.Equal(t, http.StatusCreated, w.Code, w.Body.String())
-}

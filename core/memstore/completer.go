@@ -16,7 +16,7 @@ func keptRequest(r *storage.Request) *storage.Request {
 	if r == nil {
 		return nil
 	}
-	return &storage.Request{Method: r.Method, URI: r.URI, Header: r.Header.Clone(), Body: bytes.Clone(r.Body)}
+	return &storage.Request{Method: r.Method, Host: r.Host, URI: r.URI, Header: r.Header.Clone(), Body: bytes.Clone(r.Body)}
 }
 
 // Abandoned implements storage.Completable. The records are copies; their Request is the

@@ -18,6 +18,8 @@ import (
 type Request struct {
 	// Method is the request's method.
 	Method string
+	// Host is the request's Host (http.Request.Host), for routers that route by host.
+	Host string
 	// URI is the request's path and query as the client sent them (escaped, as in
 	// http.Request.RequestURI without a scheme or host).
 	URI string
@@ -66,17 +68,17 @@ type Completable interface {
 const requestFormat = 1
 
 // EncodeRequest serialises a kept request for a store's column (bytes): a format byte,
-// then the method, the URI, the headers (EncodeHeader) and the body, each preceded by its
-// length as a uvarint. A nil request encodes as nil (the column stays NULL). Stores give
+// then the method, the host, the URI, the headers (EncodeHeader) and the body, each
+// preceded by its length as a uvarint. A nil request encodes as nil (the column stays NULL). Stores give
 // the bytes back to DecodeRequest.
 func EncodeRequest(r *Request) []byte {
 	if r == nil {
 		return nil
 	}
 	h := EncodeHeader(r.Header)
-	b := make([]byte, 0, 1+4*binary.MaxVarintLen32+len(r.Method)+len(r.URI)+len(h)+len(r.Body))
+	b := make([]byte, 0, 1+5*binary.MaxVarintLen32+len(r.Method)+len(r.Host)+len(r.URI)+len(h)+len(r.Body))
 	b = append(b, requestFormat)
-	for _, part := range [][]byte{[]byte(r.Method), []byte(r.URI), h, r.Body} {
+	for _, part := range [][]byte{[]byte(r.Method), []byte(r.Host), []byte(r.URI), h, r.Body} {
 		b = binary.AppendUvarint(b, uint64(len(part)))
 		b = append(b, part...)
 	}
@@ -92,7 +94,7 @@ func DecodeRequest(b []byte) (*Request, error) {
 		return nil, fmt.Errorf("storage: kept request: unknown format %d", b[0])
 	}
 	b = b[1:]
-	var parts [4][]byte
+	var parts [5][]byte
 	for i := range parts {
 		n, k := binary.Uvarint(b)
 		if k <= 0 || n > uint64(len(b)-k) {
@@ -103,9 +105,9 @@ func DecodeRequest(b []byte) (*Request, error) {
 	if len(b) != 0 {
 		return nil, errors.New("storage: kept request: trailing bytes")
 	}
-	r := &Request{Method: string(parts[0]), URI: string(parts[1]), Body: bytes.Clone(parts[3])}
-	if len(parts[2]) > 0 {
-		h, err := DecodeHeader(parts[2])
+	r := &Request{Method: string(parts[0]), Host: string(parts[1]), URI: string(parts[2]), Body: bytes.Clone(parts[4])}
+	if len(parts[3]) > 0 {
+		h, err := DecodeHeader(parts[3])
 		if err != nil {
 			return nil, err
 		}

@@ -10,7 +10,7 @@ import (
 func TestRequestRoundTrips(t *testing.T) {
 	t.Parallel()
 	for _, r := range []*Request{
-		{Method: "POST", URI: "/a?b=c", Header: http.Header{"Content-Type": {"application/json"}, "X-A": {"1", "2"}}, Body: []byte{0, 0xff, '\n'}},
+		{Method: "POST", Host: "api.example.com", URI: "/a?b=c", Header: http.Header{"Content-Type": {"application/json"}, "X-A": {"1", "2"}}, Body: []byte{0, 0xff, '\n'}},
 		{Method: "PATCH", URI: "/"},
 	} {
 		got, err := DecodeRequest(EncodeRequest(r))
