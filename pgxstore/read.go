@@ -37,8 +37,10 @@ func (s *Store) Lookup(ctx context.Context, scope, key string) (*storage.Record,
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	if rec.Request, err = storage.DecodeRequest(request); err != nil {
-		return nil, time.Time{}, fmt.Errorf("pgxstore: key %q: %w", key, err)
+	// A kept request it cannot read (a later version's format, a damaged value) is left
+	// out, so that the key still reads (idem show); Abandoned skips it.
+	if req, err := storage.DecodeRequest(request); err == nil {
+		rec.Request = req
 	}
 	rec.Attempts, rec.NextAttempt = int(attempts), next.Time
 	return rec, row.now.Time, nil

@@ -27,13 +27,15 @@ redis.call('HSET', k, 'at', ARGV[1] + 1, 'na', us(now + tonumber(ARGV[2])))
 return 1
 `)
 
-// kept sets rec's kept request, attempts and next attempt from the fields rq, at, na.
+// kept sets rec's kept request, attempts and next attempt from the fields rq, at, na. A
+// request it cannot read (a format of a later version, a damaged value) is left out
+// (Request nil): it must not fail the key's reads nor the completer's listing, which then
+// skips the key, left to its client.
 func kept(rec *storage.Record, rq, at, na any) error {
-	req, err := storage.DecodeRequest([]byte(str(rq)))
-	if err != nil {
-		return fmt.Errorf("redisstore: key %q: %w", rec.Key, err)
+	var err error
+	if req, derr := storage.DecodeRequest([]byte(str(rq))); derr == nil {
+		rec.Request = req
 	}
-	rec.Request = req
 	if s := str(at); s != "" {
 		if rec.Attempts, err = strconv.Atoi(s); err != nil {
 			return fmt.Errorf("redisstore: key %q: stored attempts: %w", rec.Key, err)
@@ -132,6 +134,9 @@ func (s *Store) abandonedOn(ctx context.Context, node redis.Cmdable, q storage.A
 			}
 			if err := kept(rec, f[11], f[12], f[13]); err != nil {
 				return nil, err
+			}
+			if rec.Request == nil {
+				continue // unreadable: left to its client
 			}
 			ended := rec.LockedUntil
 			if ended.IsZero() && str(f[14]) != "" { // released: the lease ended then
