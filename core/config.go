@@ -117,6 +117,20 @@ type Config struct {
 	// RetryAfter is sent with 409 and 503 problems. Default: 1s.
 	RetryAfter time.Duration
 
+	// KeepRequest makes the store keep what core.Completer needs to run a request again
+	// when its client never comes back (method, path and query, the body, the headers
+	// KeepHeaders names), beside the key, in the same write as the claim. It is data at
+	// rest for as long as the key is kept (the store's retention): see
+	// docs/phased-operations.md for what to leave out. Phased mode only (an atomic
+	// request that crashes rolls back: there is nothing to complete): New refuses it
+	// with a Mode that is, or resolves to, atomic. Default: false.
+	KeepRequest bool
+
+	// KeepHeaders lists the request headers kept with KeepRequest, typically
+	// Content-Type and the headers the Fingerprint reads. Nothing else is kept:
+	// Authorization or a cookie only when listed. Default: none.
+	KeepHeaders []string
+
 	// Logger gets one structured line (scope, key, method, path, the route when the
 	// router names one, each cut to its first 64 bytes, and the error) per non-happy
 	// outcome, for a request and for Do alike: Error for a store failure, a failed
@@ -270,6 +284,15 @@ func (c Config) validate() error {
 		return bad("MaxResponseBody", "negative")
 	case c.RetryAfter < 0:
 		return bad("RetryAfter", "negative")
+	case c.KeepRequest && (c.Mode == ModeAtomic || c.Mode == ModeDefault && c.Store.SupportsAtomic()):
+		return bad("KeepRequest", "needs phased mode (an atomic request that fails rolls back: there is nothing to complete); set Mode: ModePhased")
+	case len(c.KeepHeaders) > 0 && !c.KeepRequest:
+		return bad("KeepHeaders", "set without KeepRequest")
+	}
+	for _, h := range c.KeepHeaders {
+		if !httpguts.ValidHeaderFieldName(h) {
+			return bad("KeepHeaders", "%q is not a valid header name", h)
+		}
 	}
 	if u, err := url.Parse(c.ProblemBase); err != nil || u.Scheme == "" {
 		return bad("ProblemBase", "%q is not an absolute URI", c.ProblemBase)

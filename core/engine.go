@@ -31,6 +31,7 @@ type Engine struct {
 	// fingerprint is Config.Fingerprint, appending to dst: the default one writes into
 	// the call's own memory.
 	fingerprint func(dst []byte, r *http.Request, body []byte) ([]byte, error)
+	keep        []string // canonical KeepHeaders
 	// retention is the store's, read once: claims and the sweeper agree on it.
 	retention time.Duration
 	renewals  renewals // the leases of its running operations (phased mode)
@@ -59,6 +60,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	for _, h := range cfg.ReplayHeaders {
 		e.replay = append(e.replay, http.CanonicalHeaderKey(h))
+	}
+	for _, h := range cfg.KeepHeaders {
+		e.keep = append(e.keep, http.CanonicalHeaderKey(h))
 	}
 	return e, nil
 }
@@ -118,7 +122,8 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 			return true, body
 		}
 	}
-	key, present, err := e.findKey(r, body)
+	comp := completionOf(r) // nil unless the Completer runs r: then the key and scope are its
+	key, present, err := e.findKey(r, body, comp)
 	if err != nil {
 		_, what, _ := e.cfg.Key.names(e.cfg.HeaderName)
 		e.reject(w, r, c, e.newProblem(ProblemKeyInvalid, fmt.Sprintf("The %s is malformed: %v.", what, unwrapDetail(err)), err))
@@ -135,8 +140,8 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 		e.reject(w, r, c, e.newProblem(ProblemKeyMissing, fmt.Sprintf("%s %s requires %s.", clip(r.Method), clip(c.Path), where), ErrKeyMissing))
 		return true, body
 	}
-	c.Key = key
-	sc := scope()
+	c.Key, c.completing = key, comp != nil
+	sc := comp.scopeOr(scope)
 	if err := checkScope(sc); err != nil {
 		e.respond(w, r, c, nil, e.badScope(r.Context(), c, sc, err))
 		return true, body
@@ -155,6 +160,9 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 		return true, body
 	}
 	c.Claim = e.claimOf(c.Scope, key, fp, r.Method, c.Path)
+	if e.cfg.KeepRequest {
+		c.Request = e.keptRequest(r, body.Bytes())
+	}
 
 	buf := getBuffer()
 	defer putBuffer(buf)
@@ -170,6 +178,9 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 		}
 		return e.recordable(buf), nil
 	})
+	if comp != nil {
+		comp.outcome = out.event // what the Completer learns of its attempt
+	}
 	e.respond(w, r, c, buf, out)
 	return true, body
 }
@@ -221,8 +232,12 @@ func storedPath(r *http.Request) string {
 	return r.URL.EscapedPath()
 }
 
-// findKey returns the request's key from Config.Key; body is nil unless the key is in it.
-func (e *Engine) findKey(r *http.Request, body *bytes.Buffer) (string, bool, error) {
+// findKey returns the request's key from Config.Key, or comp's when the Completer runs
+// r; body is nil unless the key is in it.
+func (e *Engine) findKey(r *http.Request, body *bytes.Buffer, comp *Completion) (string, bool, error) {
+	if comp != nil {
+		return comp.Key, true, nil
+	}
 	var b []byte
 	if body != nil {
 		b = body.Bytes()

@@ -68,6 +68,10 @@ type Event struct {
 	// StoreRelease is the time the store took to release the key (in atomic mode, the
 	// rollback); zero unless the key was released.
 	StoreRelease time.Duration
+
+	// Completing reports that core.Completer ran the request, not a client: an
+	// operation its client abandoned, finished (OutcomeCompleted) or not.
+	Completing bool
 }
 
 // Hooks observes outcomes, for metrics or tracing. Observe runs on the request's

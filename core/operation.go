@@ -24,6 +24,8 @@ type Operation struct {
 	point  string // last committed recovery point
 	resume string // recovery point to resume after; "" once reached
 	lease  lease  // whether the key is known lost; in phased mode, its renewal
+	// completing: core.Completer runs the operation (Completing)
+	completing bool
 }
 
 // run is the per-operation state of an executing operation, in one allocation made once
@@ -45,7 +47,7 @@ type run struct {
 // returns (guard stops it).
 func (rn *run) start(parent context.Context, e *Engine, c *call, lock storage.Lock, lease time.Duration, body []byte) {
 	rn.Context = parent
-	rn.op = Operation{key: c.Key, scope: c.Scope, lock: lock, point: lock.RecoveryPoint()}
+	rn.op = Operation{key: c.Key, scope: c.Scope, lock: lock, point: lock.RecoveryPoint(), completing: c.completing}
 	if rn.op.point != storage.RecoveryStarted {
 		rn.op.resume = rn.op.point
 	}

@@ -37,6 +37,8 @@ type call struct {
 	ctx     storeCtx          // the claim's context
 	ctxUsed bool
 	run     *run // the work's state, once the key is claimed
+	// completing: core.Completer runs the operation (no client waits for it)
+	completing bool
 }
 
 // outcome is what the protocol did with one operation.
@@ -68,6 +70,13 @@ func (e *Engine) protocol(ctx context.Context, c *call, body []byte, w work) out
 		return e.storeFailed(ctx, c, err)
 	case claimed.Lock == nil:
 		return e.answer(ctx, c, claimed.Verdict, claimed.Record)
+	case c.completing && claimed.Verdict == storage.VerdictAbsent:
+		// The Completer resumes a key it listed started; a fresh claim means the key
+		// expired (or was swept) meanwhile: running it would repeat every phase.
+		err := withRelease(errors.New("idem: the completer's key expired before it was resumed; not running it again from its first phase"), e.release(ctx, c, claimed.Lock))
+		e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: the completer's key is gone; nothing run", e.attrs(c, err)...)
+		return outcome{event: OutcomeRejected, problem: ProblemCannotResume, err: err,
+			detail: "The operation expired before it could be completed; nothing was run."}
 	}
 	return e.execute(ctx, c, claimed.Lock, body, w)
 }
@@ -364,7 +373,7 @@ func (e *Engine) observe(ctx context.Context, c *call, outcome Outcome, status i
 		return
 	}
 	e.cfg.Hooks.Observe(ctx, Event{Outcome: outcome, Scope: c.Scope, Key: c.Key, Method: c.Method, Path: c.Path, Route: c.route, Status: status, Err: err,
-		Elapsed: c.since(), StoreClaim: c.claim, StoreComplete: c.complete, StoreRelease: c.release})
+		Elapsed: c.since(), StoreClaim: c.claim, StoreComplete: c.complete, StoreRelease: c.release, Completing: c.completing})
 }
 
 // attrs are the fields of every log line about c: scope, key, method, path, the route

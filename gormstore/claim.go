@@ -174,6 +174,7 @@ func (s *Store) claimTx(txCtx, ctx context.Context, c storage.Claim) (_ storage.
 		"locked_until":   gorm.Expr(leaseSQL, leaseArgs...),
 		"lease_token":    token,
 		"created_at":     gorm.Expr(nowSQL, nowArgs...),
+		"request":        storage.EncodeRequest(c.Request),
 	}
 	res := tx.WithContext(ctx).Model(&keyRow{}).Table(s.table).Clauses(clause.OnConflict{DoNothing: true}).Create(values)
 	if res.Error != nil {
@@ -263,10 +264,10 @@ func (s *Store) reclaimSQL(c storage.Claim, token any, now time.Time) (string, [
 	args = append(args, leaseArgs...)
 	args = append(args, token)
 	args = append(args, nowArgs...)
-	args = append(args, c.Scope, c.Key)
+	args = append(args, storage.EncodeRequest(c.Request), c.Scope, c.Key)
 	return "UPDATE " + s.quoted + " SET request_hash = ?, method = ?, path = ?, state = ?, recovery_point = ?, locked_until = " + leaseSQL +
 		", lease_token = ?, response_code = NULL, response_headers = NULL, response_body = NULL, created_at = " + nowSQL +
-		", completed_at = NULL WHERE scope = ? AND idem_key = ?", args
+		", completed_at = NULL, request = ?, completer_attempts = 0, next_attempt = NULL, released_at = NULL WHERE scope = ? AND idem_key = ?", args
 }
 
 // takeoverSQL takes a started key whose lease has run out (no later than now, as

@@ -170,6 +170,7 @@ func ExampleStore_Schema() {
 	//     locked_until datetime, lease_token blob,
 	//     response_code integer, response_headers blob, response_body blob,
 	//     created_at datetime NOT NULL, completed_at datetime,
+	//     request blob, completer_attempts integer NOT NULL DEFAULT 0, next_attempt datetime, released_at datetime,
 	//     PRIMARY KEY (scope,idem_key));
 	// CREATE INDEX IF NOT EXISTS `idem_keys_created_at_idx` ON `idem_keys` (created_at);
 }

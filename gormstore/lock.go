@@ -252,7 +252,7 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	args := []any{string(storage.StateCompleted), l.point, r.Status, storage.EncodeHeader(r.Header), r.Body}
 	args = append(args, nowArgs...)
 	args = append(args, l.scope, l.key, l.token)
-	if res, err := l.write(ctx, tx, "complete", "UPDATE "+l.s.quoted+" SET state = ?, recovery_point = ?, locked_until = NULL, "+
+	if res, err := l.write(ctx, tx, "complete", "UPDATE "+l.s.quoted+" SET state = ?, recovery_point = ?, locked_until = NULL, request = NULL, "+
 		"response_code = ?, response_headers = ?, response_body = ?, completed_at = "+nowSQL+started, args...); err != nil {
 		if l.mode == storage.ModeAtomic && res.Error == nil {
 			// No lease to lose: the claim's own transaction holds the row, so it is gone
@@ -338,7 +338,10 @@ func (l *lock) Release(ctx context.Context) error {
 		}
 		// Not deleted: taken over, a phase committed after all, or completed by this lock.
 	}
-	res := l.s.db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET locked_until = NULL"+started, l.scope, l.key, l.token)
+	// released_at: core.Completer's grace runs from it.
+	nowSQL, nowArgs := l.s.nowSQL(l.s.clock())
+	res := l.s.db.WithContext(ctx).Exec("UPDATE "+l.s.quoted+" SET locked_until = NULL, released_at = "+nowSQL+started,
+		append(nowArgs, l.scope, l.key, l.token)...)
 	if res.Error != nil || res.RowsAffected == 1 {
 		return fenced(ctx, "release", res)
 	}

@@ -37,11 +37,18 @@ type keyRow struct {
 	ResponseBody    []byte     `gorm:"column:response_body"`
 	CreatedAt       time.Time  `gorm:"column:created_at;precision:6;not null;autoCreateTime:false"` // indexed by Migrate
 	CompletedAt     *time.Time `gorm:"column:completed_at;precision:6"`
+	// core.Completer's (storage.Completable): the kept request, attempts, next attempt,
+	// and when a failed attempt released the lease (the completer's grace runs from it).
+	Request           []byte     `gorm:"column:request"`
+	CompleterAttempts int32      `gorm:"column:completer_attempts;not null;default:0"`
+	NextAttempt       *time.Time `gorm:"column:next_attempt;precision:6"`
+	ReleasedAt        *time.Time `gorm:"column:released_at;precision:6"`
 }
 
 // modelColumns are keyRow's columns, in table order.
 var modelColumns = []string{"scope", "idem_key", "request_hash", "method", "path", "state", "recovery_point",
-	"locked_until", "lease_token", "response_code", "response_headers", "response_body", "created_at", "completed_at"}
+	"locked_until", "lease_token", "response_code", "response_headers", "response_body", "created_at", "completed_at",
+	"request", "completer_attempts", "next_attempt", "released_at"}
 
 // keyText is the type of the two primary-key columns: text on PostgreSQL and SQLite,
 // VARBINARY(255) on MySQL/MariaDB (a utf8mb4 VARCHAR would compare case-insensitively and

@@ -15,6 +15,7 @@ const (
     locked_until timestamptz(6), lease_token uuid,
     response_code integer, response_headers bytea, response_body bytea,
     created_at timestamptz(6) NOT NULL, completed_at timestamptz(6),
+    request bytea, completer_attempts integer NOT NULL DEFAULT 0, next_attempt timestamptz(6), released_at timestamptz(6),
     PRIMARY KEY (scope, idem_key));
 CREATE INDEX IF NOT EXISTS {index} ON {table} (created_at);
 `
@@ -26,6 +27,8 @@ CREATE INDEX IF NOT EXISTS {index} ON {table} (created_at);
     locked_until datetime(6) NULL, lease_token varbinary(16),
     response_code int, response_headers longblob, response_body longblob,
     created_at datetime(6) NOT NULL, completed_at datetime(6) NULL,
+    request longblob, completer_attempts int NOT NULL DEFAULT 0, next_attempt datetime(6) NULL,
+    released_at datetime(6) NULL,
     PRIMARY KEY (scope, idem_key),
     INDEX {index} (created_at)) ENGINE=InnoDB;
 `
@@ -38,6 +41,7 @@ CREATE INDEX IF NOT EXISTS {index} ON {table} (created_at);
     locked_until datetime, lease_token blob,
     response_code integer, response_headers blob, response_body blob,
     created_at datetime NOT NULL, completed_at datetime,
+    request blob, completer_attempts integer NOT NULL DEFAULT 0, next_attempt datetime, released_at datetime,
     PRIMARY KEY (scope,idem_key));
 CREATE INDEX IF NOT EXISTS {index} ON {table} (created_at);
 `

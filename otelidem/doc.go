@@ -23,6 +23,7 @@
 //	idem.requests          counter {request}: events, by idem.outcome and http.route
 //	idem.request.duration  histogram s: a request's time in the middleware, by final idem.outcome
 //	idem.store.duration    histogram s: the store's time, by idem.store.operation (claim, complete, release)
+//	idem.completer.runs    counter: requests core.Completer ran for abandoned operations, by idem.outcome
 //
 // with the semantics of promidem's metrics. The package decides nothing: it records what
 // core reports.

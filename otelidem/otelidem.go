@@ -44,6 +44,7 @@ type Hooks struct {
 	requests    metric.Int64Counter
 	duration    metric.Float64Histogram
 	store       metric.Float64Histogram
+	completer   metric.Int64Counter // final outcomes of the requests core.Completer ran
 	identifiers bool
 	// The attribute sets, built once each and passed as ready slices: building a set,
 	// or the variadic slice of an interface call, per event would allocate.
@@ -143,6 +144,10 @@ func New(opts ...Option) (*Hooks, error) {
 		metric.WithExplicitBucketBoundaries(DefaultStoreBuckets()...)); err != nil {
 		return nil, fmt.Errorf("otelidem: idem.store.duration: %w", err)
 	}
+	if h.completer, err = m.Int64Counter("idem.completer.runs", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests core.Completer ran for operations their clients abandoned, by final outcome: completed is one finished without its client.")); err != nil {
+		return nil, fmt.Errorf("otelidem: idem.completer.runs: %w", err)
+	}
 	h.claim, h.complete, h.release = recordSet(AttrStoreOp.String("claim")), recordSet(AttrStoreOp.String("complete")), recordSet(AttrStoreOp.String("release"))
 	for _, o := range outcomes {
 		h.durations[o] = recordSet(AttrOutcome.String(string(o)))
@@ -158,6 +163,9 @@ func (h *Hooks) Observe(ctx context.Context, ev core.Event) {
 		return
 	}
 	h.duration.Record(ctx, ev.Elapsed.Seconds(), h.durationSet(ev.Outcome)...)
+	if ev.Completing { // rare: a set built per event costs nothing on the request path
+		h.completer.Add(ctx, 1, metric.WithAttributes(AttrOutcome.String(string(ev.Outcome))))
+	}
 	if ev.StoreClaim > 0 {
 		h.store.Record(ctx, ev.StoreClaim.Seconds(), h.claim...)
 	}

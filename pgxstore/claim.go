@@ -131,7 +131,7 @@ func (s *Store) settle(ctx context.Context, tx pgx.Tx, c storage.Claim, tok keyr
 			case storage.VerdictAbsent:
 				var created time.Time
 				err = s.scan(ctx, tx, c.LockWait, s.q.replace,
-					[]any{c.Scope, c.Key, c.Fingerprint, c.Method, c.Path, tok, c.Lease.Microseconds(), c.Retention.Microseconds()},
+					[]any{c.Scope, c.Key, c.Fingerprint, c.Method, c.Path, tok, c.Lease.Microseconds(), c.Retention.Microseconds(), storage.EncodeRequest(c.Request)},
 					&created)
 				if err == nil {
 					return result{point: storage.RecoveryStarted}, nil
@@ -170,7 +170,7 @@ func (s *Store) scanRow(ctx context.Context, tx pgx.Tx, wait time.Duration, sql 
 // replay is one statement.
 func (s *Store) claimPhased(ctx context.Context, c storage.Claim) (storage.Claimed, error) {
 	tok := keyrow.NewToken()
-	args := claimArgs(c, tok, c.LockWait)
+	args := append(claimArgs(c, tok, c.LockWait), storage.EncodeRequest(c.Request))
 	read := func(row *claimRow) (bool, error) { return s.scanRow(ctx, nil, c.LockWait, s.q.claim, args, row) }
 	var row claimRow
 	found, err := read(&row)

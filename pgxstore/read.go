@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemkit/idem/core/storage"
 )
@@ -19,16 +20,30 @@ var (
 // database's clock (now()). A key an atomic request holds is not visible before it
 // commits.
 func (s *Store) Lookup(ctx context.Context, scope, key string) (*storage.Record, time.Time, error) {
-	var row claimRow
-	found, err := s.scanRow(ctx, nil, 0, s.q.lookup, []any{scope, key}, &row)
+	var (
+		row      claimRow
+		request  []byte
+		attempts int32
+		next     pgtype.Timestamptz
+	)
+	err := s.scan(ctx, nil, 0, s.cq.lookup, []any{scope, key}, append(row.dest(), &request, &attempts, &next)...)
 	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, time.Time{}, fmt.Errorf("pgxstore: key %q in scope %q: %w", key, scope, storage.ErrNotFound)
 	case err != nil:
 		return nil, time.Time{}, classify(ctx, "look up", err, false)
-	case !found:
-		return nil, time.Time{}, fmt.Errorf("pgxstore: key %q in scope %q: %w", key, scope, storage.ErrNotFound)
 	}
 	rec, err := row.record(scope, key)
-	return rec, row.now.Time, err
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	// A kept request it cannot read (a later version's format, a damaged value) is left
+	// out, so that the key still reads (idem show); Abandoned skips it.
+	if req, err := storage.DecodeRequest(request); err == nil {
+		rec.Request = req
+	}
+	rec.Attempts, rec.NextAttempt = int(attempts), next.Time
+	return rec, row.now.Time, nil
 }
 
 // CountKeys implements storage.KeyCounter: one statement counts the table (a sequential

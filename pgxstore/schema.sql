@@ -29,8 +29,22 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     response_body    bytea,
     created_at       timestamptz NOT NULL DEFAULT now(),
     completed_at     timestamptz,
+    -- core.Completer (core.Config.KeepRequest): the request kept to run an abandoned
+    -- operation again (storage.EncodeRequest; NULL unless kept, cleared on completion),
+    -- the completer's attempts on the key, when it may try next, and when a failed
+    -- attempt released the lease (its grace runs from then).
+    request            bytea,
+    completer_attempts integer     NOT NULL DEFAULT 0,
+    next_attempt       timestamptz,
+    released_at        timestamptz,
     PRIMARY KEY (scope, idem_key)
 );
+
+-- A table made before the completer's columns existed gets them here.
+ALTER TABLE idempotency_keys ADD COLUMN IF NOT EXISTS request bytea,
+    ADD COLUMN IF NOT EXISTS completer_attempts integer NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS next_attempt timestamptz,
+    ADD COLUMN IF NOT EXISTS released_at timestamptz;
 
 -- Expiry: DeleteExpired removes the oldest keys first.
 CREATE INDEX IF NOT EXISTS idempotency_keys_created_at_idx ON idempotency_keys (created_at);

@@ -79,12 +79,12 @@ func newQueries(table pgx.Identifier) queries {
 		// row is inserted, and is local to the transaction.
 		//
 		// $1 scope, $2 key, $3 fingerprint, $4 method, $5 path, $6 lease token,
-		// $7 lease (µs), $8 lock_timeout (ms).
+		// $7 lease (µs), $8 lock_timeout (ms), $9 the kept request (NULL: none).
 		claim: fmt.Sprintf(`WITH ins AS (
 	INSERT INTO %[1]s (scope, idem_key, request_hash, method, path, state, recovery_point,
-		locked_until, lease_token, created_at)
+		locked_until, lease_token, created_at, request)
 	SELECT $1::text, $2::text, $3::bytea, $4::text, $5::text, 'started', 'started',
-		now() + $7::bigint * interval '1 microsecond', $6::uuid, now()
+		now() + $7::bigint * interval '1 microsecond', $6::uuid, now(), $9::bytea
 	WHERE set_config('lock_timeout', $8::text, true) IS NOT NULL
 	ON CONFLICT (scope, idem_key) DO NOTHING
 	RETURNING created_at
@@ -137,11 +137,12 @@ VALUES ($1, $2, $3, $4, $5, 'completed', $6, $7, $8, $9, now(), statement_timest
 		// replace claims a key past retention whose lease is not live, as if it were
 		// absent. Conditional, so of several racers exactly one wins.
 		// $1 scope, $2 key, $3 fingerprint, $4 method, $5 path, $6 token, $7 lease (µs),
-		// $8 retention (µs).
+		// $8 retention (µs), $9 the kept request (NULL: none).
 		replace: fmt.Sprintf(`UPDATE %[1]s SET request_hash = $3, method = $4, path = $5, state = 'started',
 	recovery_point = 'started', locked_until = now() + $7::bigint * interval '1 microsecond',
 	lease_token = $6::uuid, response_code = NULL, response_headers = NULL, response_body = NULL,
-	created_at = now(), completed_at = NULL
+	created_at = now(), completed_at = NULL, request = $9::bytea, completer_attempts = 0, next_attempt = NULL,
+	released_at = NULL
 WHERE scope = $1 AND idem_key = $2 AND %[2]s AND NOT %[3]s
 RETURNING created_at`, t, expired(8), liveExpr),
 
@@ -170,7 +171,7 @@ WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'start
 		// keeps: a Release after a completion whose reply was lost recognises it (unlease).
 		// $1 scope, $2 key, $3 token, $4 status, $5 headers, $6 body.
 		complete: fmt.Sprintf(`UPDATE %s SET state = 'completed', response_code = $4, response_headers = $5,
-	response_body = $6, completed_at = statement_timestamp(), locked_until = NULL
+	response_body = $6, completed_at = statement_timestamp(), locked_until = NULL, request = NULL
 WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'started'`, t),
 
 		// $1 scope, $2 key, $3 token.
@@ -180,8 +181,11 @@ WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'start
 WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'started' AND recovery_point = 'started'`, t),
 		// unlease ends the lease of a key this token holds and keeps the token, or finds
 		// the key completed by this token (a completion whose reply was lost) and changes
-		// nothing: its locked_until is already NULL. $1 scope, $2 key, $3 token.
-		unlease: fmt.Sprintf(`UPDATE %s SET locked_until = NULL
+		// nothing: its locked_until is already NULL. A started key records when it was
+		// released (released_at): core.Completer's grace runs from it. $1 scope, $2 key,
+		// $3 token.
+		unlease: fmt.Sprintf(`UPDATE %s SET locked_until = NULL,
+	released_at = CASE WHEN state = 'started' THEN now() ELSE released_at END
 WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid`, t),
 
 		// DeleteExpired: the oldest keys created before $1, at most $2, skipping live

@@ -137,6 +137,7 @@ type Store struct {
 	claimFirst  bool
 	sweepPK     bool
 	q           queries
+	cq          completerQueries
 	lockSeed    keyrow.LockSeed // lockHash's state after the table name
 	// sem serialises use of a DB that is one connection (*pgx.Conn, pgx.Tx); nil for a
 	// pool.
@@ -166,6 +167,7 @@ func New(db DB, opts ...Option) *Store {
 		s.sem = make(chan struct{}, 1)
 	}
 	s.q = newQueries(s.table)
+	s.cq = newCompleterQueries(s.table)
 	s.lockSeed = keyrow.NewLockSeed(s.table.Sanitize())
 	return s
 }

@@ -3,6 +3,7 @@
 //	idem_requests_total{outcome,route}  counter: events by outcome and route
 //	idem_request_seconds{outcome}       histogram: a request's time in the middleware, by final outcome
 //	idem_store_seconds{op}              histogram: the store's time per request, op = claim, complete or release
+//	idem_completer_runs_total{outcome}  counter: requests core.Completer ran for abandoned operations, by final outcome
 //
 // A request counts once in idem_requests_total under its final outcome (replayed,
 // completed, conflict, mismatch, rolled_back, cancelled, rejected, store_error), and once more under

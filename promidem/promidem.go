@@ -29,6 +29,8 @@ type Hooks struct {
 	requests *prometheus.CounterVec
 	request  *prometheus.HistogramVec
 	store    *prometheus.HistogramVec
+	// completer counts the final outcomes of the requests core.Completer ran
+	completer *prometheus.CounterVec
 	// the store's three series, looked up once
 	claim, complete, release prometheus.Observer
 }
@@ -73,6 +75,10 @@ func New(reg prometheus.Registerer, opts ...Option) (*Hooks, error) {
 			Help:    "Time the idempotency store took per request: to claim the key, to complete (record and commit) or to release it.",
 			Buckets: o.store,
 		}, []string{"op"}),
+		completer: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_completer_runs_total",
+			Help: "Requests core.Completer ran for operations their clients abandoned, by final outcome: completed is one finished without its client.",
+		}, []string{"outcome"}),
 	}
 	h.claim, h.complete, h.release = h.store.WithLabelValues("claim"), h.store.WithLabelValues("complete"), h.store.WithLabelValues("release")
 	if err := reg.Register(h); err != nil {
@@ -88,6 +94,9 @@ func (h *Hooks) Observe(_ context.Context, ev core.Event) {
 		return
 	}
 	h.request.WithLabelValues(string(ev.Outcome)).Observe(ev.Elapsed.Seconds())
+	if ev.Completing {
+		h.completer.WithLabelValues(string(ev.Outcome)).Inc()
+	}
 	if ev.StoreClaim > 0 {
 		h.claim.Observe(ev.StoreClaim.Seconds())
 	}
@@ -104,6 +113,7 @@ func (h *Hooks) Describe(ch chan<- *prometheus.Desc) {
 	h.requests.Describe(ch)
 	h.request.Describe(ch)
 	h.store.Describe(ch)
+	h.completer.Describe(ch)
 }
 
 // Collect sends the metrics to ch (prometheus.Collector).
@@ -111,4 +121,5 @@ func (h *Hooks) Collect(ch chan<- prometheus.Metric) {
 	h.requests.Collect(ch)
 	h.request.Collect(ch)
 	h.store.Collect(ch)
+	h.completer.Collect(ch)
 }

@@ -19,6 +19,9 @@ import "github.com/redis/go-redis/v9"
 //	tok    fencing token of the lock that holds or last held the key
 //	ca, co created and completed
 //	sc, h, b  status, headers (storage.EncodeHeader) and body of a completed key
+//	rq     the kept request (storage.EncodeRequest) of a started key, for core.Completer
+//	rl     when the lease was released (lu is then "0"): the completer's grace runs from it
+//	at, na the completer's attempts and next attempt
 //
 // A completed key keeps the token of the lock that completed it, so a completion or a
 // release sent again after a lost reply recognises its own work.
@@ -42,7 +45,8 @@ end
 // claimScript claims a key, takes an expired lease over, or returns the record holding it.
 //
 // ARGV: 1 fingerprint, 2 method, 3 path, 4 new token, 5 lease (µs), 6 retention of the
-// claim (µs; 0 or less: never past retention), 7 key TTL (ms), 8 scope, 9 key.
+// claim (µs; 0 or less: never past retention), 7 key TTL (ms), 8 scope, 9 key, 10 the
+// kept request ("" for none).
 //
 // Returns {'claimed'}; {'takeover', point}; {'mine', point} when the key already holds
 // this claim's token (the client sent the script again after losing the reply); or
@@ -79,6 +83,7 @@ if st then
 end
 redis.call('HSET', k, 's', ARGV[8], 'k', ARGV[9], 'st', 'started', 'fp', ARGV[1], 'm', ARGV[2], 'p', ARGV[3],
 	'rp', 'started', 'lu', us(now + lease), 'tok', ARGV[4], 'ca', us(now))
+if ARGV[10] and ARGV[10] ~= '' then redis.call('HSET', k, 'rq', ARGV[10]) end
 redis.call('PEXPIRE', k, math.max(tonumber(ARGV[7]), math.ceil(lease / 1000)))
 return {'claimed'}
 `)
@@ -115,6 +120,7 @@ local r = redis.call('HMGET', k, 'st', 'tok')
 if r[2] ~= ARGV[1] then return 0 end
 if r[1] == 'completed' then return 1 end
 redis.call('HSET', k, 'st', 'completed', 'sc', ARGV[2], 'h', ARGV[3], 'b', ARGV[4], 'co', us(now_us()), 'lu', '0')
+redis.call('HDEL', k, 'rq')
 return 1
 `)
 
@@ -125,7 +131,7 @@ return 1
 // ARGV: 1 token. Returns 1 released (also when the key is gone: this script, sent again
 // after its reply was lost, already deleted it, or it expired), 2 completed by this token
 // (nothing to give up), or 0 when another token holds the key.
-var releaseScript = redis.NewScript(`
+var releaseScript = redis.NewScript(prelude + `
 local k = KEYS[1]
 local r = redis.call('HMGET', k, 'st', 'tok', 'rp')
 if not r[1] then return 1 end
@@ -134,7 +140,7 @@ if r[1] == 'completed' then return 2 end
 if r[3] == 'started' then
 	redis.call('DEL', k)
 else
-	redis.call('HSET', k, 'lu', '0')
+	redis.call('HSET', k, 'lu', '0', 'rl', us(now_us()))
 end
 return 1
 `)
@@ -142,10 +148,11 @@ return 1
 // lookupScript reads a key without changing it, with the server's clock: the clock its
 // leases run on.
 //
-// Returns {now} when there is no key, or {now, st, fp, rp, lu, ca, m, p, co, sc, h, b}.
+// Returns {now} when there is no key, or {now, st, fp, rp, lu, ca, m, p, co, sc, h, b,
+// rq, at, na}.
 var lookupScript = redis.NewScript(prelude + `
 local now = us(now_us())
-local r = redis.call('HMGET', KEYS[1], 'st', 'fp', 'rp', 'lu', 'ca', 'm', 'p', 'co', 'sc', 'h', 'b')
+local r = redis.call('HMGET', KEYS[1], 'st', 'fp', 'rp', 'lu', 'ca', 'm', 'p', 'co', 'sc', 'h', 'b', 'rq', 'at', 'na')
 if not r[1] then return {now} end
-return {now, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11]}
+return {now, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13], r[14]}
 `)

@@ -170,7 +170,7 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, er
 	key, tok := s.Key(c.Scope, c.Key), newToken()
 	res, err := s.run(ctx, claimScript, key, false,
 		c.Fingerprint, c.Method, c.Path, tok, lease.Microseconds(), c.Retention.Microseconds(), ttl.Milliseconds(),
-		c.Scope, c.Key).Slice()
+		c.Scope, c.Key, storage.EncodeRequest(c.Request)).Slice()
 	if err != nil {
 		return storage.Claimed{}, classify(ctx, "claim", err)
 	}

@@ -276,6 +276,7 @@ func writeKey(w io.Writer, rec *storage.Record, now time.Time, retention time.Du
 	default:
 		row("lease", "ended %s", at(rec.LockedUntil))
 	}
+	writeCompleter(row, rec, now)
 	switch resp := rec.Response; {
 	case do && resp == nil:
 		row("result", "- (none recorded yet)")

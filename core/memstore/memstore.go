@@ -106,8 +106,9 @@ func New(opts ...Option) *Store {
 }
 
 var (
-	_ storage.Store      = (*Store)(nil)
-	_ storage.KeyCounter = (*Store)(nil)
+	_ storage.Store       = (*Store)(nil)
+	_ storage.KeyCounter  = (*Store)(nil)
+	_ storage.Completable = (*Store)(nil)
 )
 
 // Retention reports how long keys are kept (WithRetention).
@@ -153,7 +154,7 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, er
 			e.owner = nil // fences out a lock of the key it replaces
 		}
 		e = &entry{rec: storage.Record{Scope: c.Scope, Key: c.Key, Method: c.Method, Path: c.Path,
-			State: storage.StateStarted, RecoveryPoint: storage.RecoveryStarted, CreatedAt: now}}
+			State: storage.StateStarted, RecoveryPoint: storage.RecoveryStarted, CreatedAt: now, Request: keptRequest(c.Request)}}
 		if c.Fingerprint != nil {
 			e.rec.Fingerprint = append(e.fp[:0], c.Fingerprint...)
 		}
@@ -343,6 +344,7 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	e.resp, e.header = storage.Response{Status: r.Status, Body: body}, header
 	e.rec.State = storage.StateCompleted
 	e.rec.LockedUntil, e.rec.CompletedAt = time.Time{}, l.s.now()
+	e.rec.Request = nil // kept for the Completer only while the operation is unfinished
 	e.owner = nil
 	l.ended = true
 	return nil

@@ -93,6 +93,10 @@ type Claim struct {
 	// is live), even before the sweeper deletes it. The engine sets it to the store's
 	// own Retention(), so claims and the sweeper always agree.
 	Retention time.Duration
+	// Request, when set (core.Config.KeepRequest, ModePhased only), is kept beside the
+	// key in the same write as the claim, for core.Completer (see Completable). A
+	// takeover keeps the request the key was claimed with.
+	Request *Request
 }
 
 // Response is a recorded HTTP response: what a replay sends byte for byte.
@@ -123,6 +127,12 @@ type Record struct {
 	Response    *Response
 	CreatedAt   time.Time
 	CompletedAt time.Time
+	// Request is the request kept for core.Completer (Claim.Request), nil when none was.
+	Request *Request
+	// Attempts counts core.Completer's attempts on the key (Completable.BeginAttempt),
+	// and NextAttempt is when it may try again (zero before its first).
+	Attempts    int
+	NextAttempt time.Time
 }
 
 // Claimed is what Store.Claim reports: the verdict, with the Lock when the key is the

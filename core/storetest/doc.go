@@ -14,6 +14,14 @@
 // storage.Decide on what it reads says what the next claim does, and so is
 // storage.KeyCounter on a store that implements it.
 //
+// Every store implements storage.Completable (core.Completer's seam), and the suite holds
+// it to its rules in ModePhased: a kept request comes back byte for byte and goes when the
+// key completes; Abandoned lists exactly the abandoned keys (not a live lease, a completed
+// key, one without a request, one past the horizon or the grace, one out of attempts or
+// not yet due); of completers racing to begin one attempt exactly one wins; and through
+// core's engine, two completers and the client's retry racing on a payment that failed
+// after charging run each remaining phase once, and a retry afterwards is a replay.
+//
 // Call Run from the store's external test package, with a function that gives each
 // subtest a fresh, empty store of its own (its own table, schema or database), so the
 // subtests run in parallel without seeing each other's keys:

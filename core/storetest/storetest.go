@@ -63,6 +63,7 @@ func run(t *testing.T, h Harness) {
 			tests = append(tests, atomicTests...)
 		} else {
 			tests = append(append(tests, phasedTests...), engineTests...)
+			tests = append(tests, completerTests...)
 		}
 		if withTx {
 			tests = append(tests, txTests...)

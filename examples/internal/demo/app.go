@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -95,6 +96,22 @@ func (a *App) Close() {
 // StoreName says which database and store the App runs on, for the log.
 func (a *App) StoreName() string { return a.be.name }
 
+// Completer finishes, through handler (the server's router), the payments whose clients
+// never came back; nil unless Config.Completer.
+func (a *App) Completer(handler http.Handler) *core.Completer {
+	if !a.cfg.Completer {
+		return nil
+	}
+	grace, interval := a.cfg.CompleterGrace, a.cfg.CompleterInterval
+	if grace <= 0 {
+		grace = 10 * time.Second
+	}
+	if interval <= 0 {
+		interval = 5 * time.Second
+	}
+	return &core.Completer{Engine: a.payments, Handler: handler, Grace: grace, Interval: interval, Logger: a.log}
+}
+
 // Sweeper deletes expired keys every interval, logging each sweep at debug level. It
 // sweeps the database: keys in Redis (-store redis) expire by themselves.
 func (a *App) Sweeper() *core.Sweeper {
@@ -120,6 +137,13 @@ func (a *App) buildEngines() error {
 	orders, payments, webhooks := a.idem(), a.idem(), a.idem()
 	orders.Mode = core.ModeAtomic
 	payments.Store, payments.Mode = a.be.payments, core.ModePhased
+	// With the completer, a payment's request is kept beside its key (its body and
+	// Content-Type; the account is its scope), so a crashed payment can be finished
+	// without its client.
+	payments.KeepRequest = a.cfg.Completer
+	if a.cfg.Completer {
+		payments.KeepHeaders = []string{"Content-Type"}
+	}
 	webhooks.Mode, webhooks.Key = core.ModeAtomic, core.KeyFromJSON("id")
 	var err error
 	if a.orders, err = core.New(orders); err != nil {
@@ -160,7 +184,13 @@ const maxAccount = 64
 // problem to answer when there is none the demo would issue: the header missing, empty,
 // sent twice (which of two accounts is ambiguous), over maxAccount bytes or holding a byte
 // outside printable ASCII (0x20-0x7E).
+//
+// A request core.Completer runs (a payment whose client never came back) carries no
+// credentials: its account is the scope the key was claimed under, authenticated then.
 func Authenticate(r *http.Request) (account string, reject *Reply) {
+	if c, ok := core.CompletionFromContext(r.Context()); ok {
+		return c.Scope, nil
+	}
 	values := r.Header.Values(AccountHeader)
 	var detail string
 	switch {

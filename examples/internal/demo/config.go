@@ -81,6 +81,14 @@ type Config struct {
 	// commits, before any response (-crash-after, IDEM_CRASH_AFTER): started,
 	// charge_created, or payment_written (CrashPaymentWritten). Default: "" (off).
 	CrashAfter string
+	// Completer runs core.Completer for the payments (-completer, IDEM_COMPLETER=1): the
+	// payments engine keeps each request (core.Config.KeepRequest), and a payment whose
+	// client never came back after a crash is finished without it, CompleterGrace after
+	// its lease ended, by a pass every CompleterInterval. Default: off.
+	Completer bool
+	// CompleterGrace and CompleterInterval (-completer-grace, -completer-interval).
+	// Default (0): 10s and 5s.
+	CompleterGrace, CompleterInterval time.Duration
 	// LogLevel is the lowest level logged (-log-level, LOG_LEVEL): debug shows the
 	// sweeper and every idempotency outcome. Default: info.
 	LogLevel slog.Level
@@ -197,6 +205,10 @@ func ParseConfig(name string, args []string, getenv func(string) string, out io.
 	})
 	fs.StringVar(&c.CrashAfter, "crash-after", c.CrashAfter, "exit with status 3 right after this payment `phase` commits: started or charge_created, "+
 		"or payment_written, after the payment row (env IDEM_CRASH_AFTER)")
+	fs.BoolVar(&c.Completer, "completer", getenv("IDEM_COMPLETER") == "1" || getenv("IDEM_COMPLETER") == "true",
+		"finish payments whose client never came back after a crash, without a retry (env IDEM_COMPLETER=1)")
+	fs.DurationVar(&c.CompleterGrace, "completer-grace", 0, "with -completer: how long after a payment's lease ended the completer leaves it to its client (default 10s)")
+	fs.DurationVar(&c.CompleterInterval, "completer-interval", 0, "with -completer: time between the completer's passes (default 5s)")
 	fs.TextVar(&c.LogLevel, "log-level", c.LogLevel, "lowest `level` logged: debug, info, warn or error (env LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err

@@ -62,8 +62,9 @@ func run(name string, args []string, getenv func(string) string, stderr io.Write
 		log.Error("cannot listen", "error", err)
 		return 1
 	}
+	handler := app.obs.handler(router(app)) // GET /metrics, and an access line per request
 	srv := &http.Server{
-		Handler: app.obs.handler(router(app)), // GET /metrics, and an access line per request
+		Handler: handler,
 		// A slow or stalled client cannot hold a connection (nor the body buffer idem
 		// reads it into) for ever: 10s for the headers, 30s for the whole request.
 		ReadHeaderTimeout: 10 * time.Second,
@@ -74,6 +75,13 @@ func run(name string, args []string, getenv func(string) string, stderr io.Write
 	sweepCtx, stopSweeper := context.WithCancel(context.Background())
 	var sweeping sync.WaitGroup
 	sweeping.Go(func() { _ = app.Sweeper().Run(sweepCtx) })
+	if c := app.Completer(handler); c != nil { // the same chain as the clients' requests
+		sweeping.Go(func() {
+			if err := c.Run(sweepCtx); err != nil {
+				log.Error("completer", "error", err)
+			}
+		})
+	}
 	defer func() {
 		stopSweeper()
 		sweeping.Wait()
