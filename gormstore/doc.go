@@ -166,23 +166,14 @@
 //	defer cancel()
 //	if err := store.Migrate(ctx); err != nil { … } // or apply store.Schema() with your migration tool
 //
-// On PostgreSQL Schema returns:
-//
-//	CREATE TABLE IF NOT EXISTS "idempotency_keys" (
-//	    scope text NOT NULL, idem_key text NOT NULL,
-//	    request_hash bytea NOT NULL, method text NOT NULL, path text NOT NULL,
-//	    state text NOT NULL, recovery_point text NOT NULL,
-//	    locked_until timestamptz(6), lease_token uuid,
-//	    response_code integer, response_headers bytea, response_body bytea,
-//	    created_at timestamptz(6) NOT NULL, completed_at timestamptz(6),
-//	    PRIMARY KEY (scope, idem_key));
-//	CREATE INDEX IF NOT EXISTS "idempotency_keys_created_at_idx" ON "idempotency_keys" (created_at);
+// Schema returns the table's DDL for the dialect; the README lists it for each. A table
+// made before the completer's columns (request, completer_attempts, next_attempt,
+// released_at) needs them before this version runs on it: Migrate adds them.
 //
 // On MySQL/MariaDB scope and idem_key are varbinary(255), the byte columns longblob
 // (lease_token varbinary(16)), the text columns longtext and the times datetime(6), with
 // ENGINE=InnoDB; on SQLite the byte columns are blob and the times datetime. Bodies and
-// headers are stored as bytes, never JSON: headers as storage.EncodeHeader lines. The
-// README has the DDL for each dialect.
+// headers are stored as bytes, never JSON: headers as storage.EncodeHeader lines.
 //
 // # Expiry
 //
