@@ -15,10 +15,11 @@ import (
 )
 
 // Completer finishes phased operations whose clients never came back: a request that
-// crashed (or failed) after a phase reached the outside world (a provider charged) and
-// was not retried stays half done until it expires; the Completer runs it again, so the
-// rest of its phases run, its response is recorded, and a later retry of the client gets
-// the replay. It is the sibling of Sweeper: one per deployment is enough, several are
+// crashed (or failed) and was not retried stays half done until it expires, perhaps
+// after a phase reached the outside world (a provider charged); the Completer runs it
+// again, as the client's retry would, so the phases it has not committed run, its
+// response is recorded, and a later retry of the client gets the replay. A key that
+// committed no phase is run from its start, as a retry would run it. It is the sibling of Sweeper: one per deployment is enough, several are
 // safe.
 //
 // It needs an engine that keeps requests (Config.KeepRequest, phased mode) on a store
@@ -26,7 +27,7 @@ import (
 // Pass asks the store for the started keys whose lease ended at least Grace ago, created
 // less than Horizon ago, with fewer than MaxAttempts attempts and whose next attempt is
 // due; counts an attempt on each (storage.Completable.BeginAttempt: of two completers only
-// one wins it); and sends the kept request (method, path and query, body, kept headers)
+// one wins it); and sends the kept request (method, host, path and query, body, kept headers)
 // through Handler, the application's own router, so its middleware chain runs. The
 // request's context carries a Completion (CompletionFromContext; Operation.Completing):
 // the engine takes the key and the scope from it, without calling the scope function,
@@ -37,9 +38,13 @@ import (
 // replay, never a second run of a phase.
 //
 // An attempt that does not leave the key completed (the handler answered 5xx or
-// panicked, the route is gone, authentication refused it) is logged, and the key is
-// tried again after Backoff, doubled each attempt, at most MaxAttempts times; then it is
-// left for the client's retry or expiry, visible in the idem command's show.
+// panicked) is logged, and the key is tried again after Backoff, doubled each attempt,
+// at most MaxAttempts times; then it is left for the client's retry or expiry, visible
+// in the idem command's show. Two failures no later attempt can fix use up the key's
+// attempts at once, with an Error log saying which: the request never reached the
+// engine (the route is gone or no longer behind the middleware, or a middleware in
+// front of it refused the completer's request), or the engine found that it no longer
+// matches the key's fingerprint (a header Fingerprint reads is not in KeepHeaders).
 type Completer struct {
 	// Engine is the application's engine, built with KeepRequest. Required.
 	Engine *Engine
