@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"log/slog"
 	"net"
@@ -28,9 +29,9 @@ type Engine struct {
 	header  string // canonical HeaderName
 	methods []string
 	replay  []string // canonical ReplayHeaders
-	// fingerprint is Config.Fingerprint, appending to dst: the default one writes into
-	// the call's own memory.
-	fingerprint func(dst []byte, r *http.Request, body []byte) ([]byte, error)
+	// fingerprint is Config.Fingerprint of a request sent with key in scope, appending
+	// to dst: the default one writes into the call's own memory.
+	fingerprint func(dst []byte, scope, key string, r *http.Request, body []byte) ([]byte, error)
 	keep        []string // canonical KeepHeaders
 	// retention is the store's, read once: claims and the sweeper agree on it.
 	retention time.Duration
@@ -52,10 +53,11 @@ func New(cfg Config) (*Engine, error) {
 		}
 	}
 	fingerprint := cfg.Fingerprint
-	e.fingerprint = func(_ []byte, r *http.Request, body []byte) ([]byte, error) { return fingerprint(r, body) }
+	e.fingerprint = func(_ []byte, _, _ string, r *http.Request, body []byte) ([]byte, error) { return fingerprint(r, body) }
 	if isFingerprint(fingerprint) {
-		e.fingerprint = func(dst []byte, r *http.Request, body []byte) ([]byte, error) {
-			return appendFingerprint(dst, r, body, nil), nil
+		recent := &recentFingerprints{seed: maphash.MakeSeed()}
+		e.fingerprint = func(dst []byte, scope, key string, r *http.Request, body []byte) ([]byte, error) {
+			return recent.fingerprint(dst, scope, key, r, body), nil
 		}
 	}
 	for _, h := range cfg.ReplayHeaders {
@@ -154,7 +156,7 @@ func (e *Engine) handle(w http.ResponseWriter, r *http.Request, scope func() str
 			return true, body
 		}
 	}
-	fp, err := e.fingerprint(c.fp[:0], r, body.Bytes())
+	fp, err := e.fingerprint(c.fp[:0], c.Scope, key, r, body.Bytes())
 	if err != nil {
 		e.reject(w, r, c, e.newProblem(ProblemBodyUnreadable, "The request could not be fingerprinted.", err))
 		return true, body
