@@ -26,9 +26,8 @@ var (
 	// no idempotent operation (the route is not keyed, or the key was optional and absent).
 	ErrNoOperation = errors.New("idem: no idempotent operation in context")
 
-	// ErrEmptyScope reports a scope function that returned "" for a keyed request: the
-	// middleware probably runs before authentication. The request is refused with a 500
-	// problem (ProblemMisconfigured), never run in a key space shared by every caller.
+	// ErrEmptyScope reports a scope function that returned "" for a keyed request (the
+	// scope rule is in the package documentation, under Scope).
 	ErrEmptyScope = errors.New("idem: empty scope")
 
 	// ErrInvalidScope reports a scope function that returned a scope no store can hold:
