@@ -76,9 +76,8 @@
 //
 // # Expiry
 //
-// DeleteExpired (run by core.Sweeper) deletes the oldest keys in ctid batches with FOR
-// UPDATE SKIP LOCKED, never a key whose lease is live; WithSweepByPrimaryKey deletes by
-// primary key for databases without a stable ctid. A key past its retention already
+// DeleteExpired (run by core.Sweeper) deletes the oldest keys in batches, by primary key,
+// with FOR UPDATE SKIP LOCKED, never a key whose lease is live. A key past its retention already
 // counts as absent to Claim.
 //
 // # A standby

@@ -91,47 +91,45 @@ func TestReadmeDDL(t *testing.T) {
 	}
 }
 
-// TestDeleteExpiredByPrimaryKey: the primary-key sweep deletes the oldest keys first, up
-// to its limit, never a live lease, and leaves younger keys.
+// TestDeleteExpiredByPrimaryKey: the sweep deletes the oldest keys first, up to its
+// limit, never a live lease, and leaves younger keys.
 func TestDeleteExpiredByPrimaryKey(t *testing.T) {
 	t.Parallel()
-	for _, opts := range [][]pgxstore.Option{nil, {pgxstore.WithSweepByPrimaryKey()}} {
-		db := sharedPool(t)
-		store, schema := newStore(t, db, opts...)
-		ctx := t.Context()
-		for i := range 5 {
-			lock := mustLock(t, store, testClaim(fmt.Sprint("done-", i), storage.ModeAtomic))
-			if err := lock.Complete(ctx, &storage.Response{Status: http.StatusOK}); err != nil {
-				t.Fatal(err)
-			}
+	db := sharedPool(t)
+	store, schema := newStore(t, db)
+	ctx := t.Context()
+	for i := range 5 {
+		lock := mustLock(t, store, testClaim(fmt.Sprint("done-", i), storage.ModeAtomic))
+		if err := lock.Complete(ctx, &storage.Response{Status: http.StatusOK}); err != nil {
+			t.Fatal(err)
 		}
-		mustLock(t, store, testClaim("live", storage.ModePhased))
-		// Age the keys: done-i was created i hours ago, live 10 hours ago.
-		exec(t, db, fmt.Sprintf(`UPDATE %s.idempotency_keys SET created_at = now() - CASE
-			WHEN idem_key = 'live' THEN interval '10 hours'
-			ELSE substr(idem_key, 6)::int * interval '1 hour' END`, schema))
+	}
+	mustLock(t, store, testClaim("live", storage.ModePhased))
+	// Age the keys: done-i was created i hours ago, live 10 hours ago.
+	exec(t, db, fmt.Sprintf(`UPDATE %s.idempotency_keys SET created_at = now() - CASE
+		WHEN idem_key = 'live' THEN interval '10 hours'
+		ELSE substr(idem_key, 6)::int * interval '1 hour' END`, schema))
 
-		cutoff := time.Now().Add(-90 * time.Minute) // done-2, done-3, done-4 and live are older
-		n, err := store.DeleteExpired(ctx, cutoff, 2)
-		if err != nil || n != 2 {
-			t.Fatalf("first batch: %d, %v; want 2", n, err)
+	cutoff := time.Now().Add(-90 * time.Minute) // done-2, done-3, done-4 and live are older
+	n, err := store.DeleteExpired(ctx, cutoff, 2)
+	if err != nil || n != 2 {
+		t.Fatalf("first batch: %d, %v; want 2", n, err)
+	}
+	left := func() string {
+		var s string
+		if err := db.QueryRow(context.Background(), fmt.Sprintf(
+			`SELECT string_agg(idem_key, ',' ORDER BY idem_key) FROM %s.idempotency_keys`, schema)).Scan(&s); err != nil {
+			t.Fatal(err)
 		}
-		left := func() string {
-			var s string
-			if err := db.QueryRow(context.Background(), fmt.Sprintf(
-				`SELECT string_agg(idem_key, ',' ORDER BY idem_key) FROM %s.idempotency_keys`, schema)).Scan(&s); err != nil {
-				t.Fatal(err)
-			}
-			return s
-		}
-		if got := left(); got != "done-0,done-1,done-2,live" {
-			t.Fatalf("after the first batch: %s; want the two oldest completed keys gone", got)
-		}
-		if n, err = store.DeleteExpired(ctx, cutoff, 100); err != nil || n != 1 {
-			t.Fatalf("second batch: %d, %v; want 1", n, err)
-		}
-		if got := left(); got != "done-0,done-1,live" {
-			t.Fatalf("after the second batch: %s", got)
-		}
+		return s
+	}
+	if got := left(); got != "done-0,done-1,done-2,live" {
+		t.Fatalf("after the first batch: %s; want the two oldest completed keys gone", got)
+	}
+	if n, err = store.DeleteExpired(ctx, cutoff, 100); err != nil || n != 1 {
+		t.Fatalf("second batch: %d, %v; want 1", n, err)
+	}
+	if got := left(); got != "done-0,done-1,live" {
+		t.Fatalf("after the second batch: %s", got)
 	}
 }

@@ -48,8 +48,7 @@ type queries struct {
 	complete string
 	drop     string // release a key no phase committed
 	unlease  string // release a key some phase committed
-	sweep    string // DeleteExpired by ctid
-	sweepPK  string // DeleteExpired by primary key
+	sweep    string // DeleteExpired
 	count    string // CountKeys
 	oldest   string // CountKeys: the oldest key
 }
@@ -189,12 +188,9 @@ WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid AND state = 'start
 WHERE scope = $1 AND idem_key = $2 AND lease_token = $3::uuid`, t),
 
 		// DeleteExpired: the oldest keys created before $1, at most $2, skipping live
-		// leases and rows another transaction holds. PostgreSQL deletes them by ctid (a
-		// TID scan); the primary-key form is for engines without a stable ctid.
-		sweep: fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid = ANY(ARRAY(
-	SELECT ctid FROM %[1]s WHERE created_at < $1 AND NOT %[2]s
-	ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))`, t, liveExpr),
-		sweepPK: fmt.Sprintf(`DELETE FROM %[1]s AS k USING (
+		// leases and rows another transaction holds, by primary key (ctid is not stable
+		// on every PostgreSQL-like engine).
+		sweep: fmt.Sprintf(`DELETE FROM %[1]s AS k USING (
 	SELECT scope, idem_key FROM %[1]s WHERE created_at < $1 AND NOT %[2]s
 	ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED) AS d
 WHERE k.scope = d.scope AND k.idem_key = d.idem_key`, t, liveExpr),

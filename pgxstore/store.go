@@ -122,10 +122,6 @@ func WithLookupFirst() Option { return func(s *Store) { s.lookupFirst = true } }
 // the row first anyway. Default: off.
 func WithClaimRowFirst() Option { return func(s *Store) { s.claimFirst = true } }
 
-// WithSweepByPrimaryKey makes DeleteExpired delete by primary key instead of by ctid, for
-// databases without a stable ctid (Citus, CockroachDB, YugabyteDB). Default: by ctid.
-func WithSweepByPrimaryKey() Option { return func(s *Store) { s.sweepPK = true } }
-
 // Store keeps idempotency keys in PostgreSQL through pgx v5. It implements storage.Store in
 // both modes. Create it with New; it is safe for concurrent use.
 type Store struct {
@@ -135,7 +131,6 @@ type Store struct {
 	iso         pgx.TxIsoLevel
 	lookupFirst bool
 	claimFirst  bool
-	sweepPK     bool
 	q           queries
 	cq          completerQueries
 	lockSeed    keyrow.LockSeed // lockHash's state after the table name
@@ -201,16 +196,13 @@ func (s *Store) SupportsAtomic() bool { return true }
 
 // DeleteExpired deletes at most limit keys created before before, oldest first, and never
 // one whose lease is live or that another transaction holds (SKIP LOCKED). One statement,
-// by ctid (or by primary key with WithSweepByPrimaryKey).
+// by primary key, so it runs on databases without a stable ctid too (Citus, CockroachDB,
+// YugabyteDB).
 func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
 	}
-	q := s.q.sweep
-	if s.sweepPK {
-		q = s.q.sweepPK
-	}
-	ct, err := s.exec(ctx, nil, q, before, limit)
+	ct, err := s.exec(ctx, nil, s.q.sweep, before, limit)
 	if err != nil {
 		return 0, classify(ctx, "delete expired keys", err, false)
 	}
