@@ -78,15 +78,7 @@ func (s *Store) Abandoned(ctx context.Context, q storage.AbandonedQuery) ([]*sto
 		all = append(all, recs...)
 		return err
 	}
-	var err error
-	switch c := s.client.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return list(ctx, n) })
-	case *redis.Ring:
-		err = c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return list(ctx, n) })
-	default:
-		err = list(ctx, s.client)
-	}
+	err := s.eachNode(ctx, list)
 	if err != nil {
 		return nil, classify(ctx, "list abandoned keys", err)
 	}
@@ -104,56 +96,34 @@ func (s *Store) abandonedOn(ctx context.Context, node redis.Cmdable, q storage.A
 		return nil, err
 	}
 	var found []*storage.Record
-	match := globEscape(s.prefix) + "{*}"
-	var cursor uint64
-	for {
-		names, next, err := node.Scan(ctx, cursor, match, countBatch).Result()
+	err = s.scanKeys(ctx, node, abandonedFields, func(f []any) error {
+		if str(f[0]) != string(storage.StateStarted) || str(f[11]) == "" {
+			return nil // not started (or gone since SCAN saw it), or no request kept
+		}
+		rec, err := record(str(f[15]), str(f[16]), f[:11])
 		if err != nil {
-			return nil, err
+			return err
 		}
-		pipe := node.Pipeline()
-		cmds := make([]*redis.SliceCmd, 0, len(names))
-		for _, name := range names {
-			if len(name) == len(s.prefix)+2+64 { // prefix{hex SHA-256}: see Key
-				cmds = append(cmds, pipe.HMGet(ctx, name, abandonedFields...))
-			}
+		if err := kept(rec, f[11], f[12], f[13]); err != nil {
+			return err
 		}
-		if len(cmds) > 0 {
-			if _, err := pipe.Exec(ctx); err != nil {
-				return nil, err
-			}
+		if rec.Request == nil {
+			return nil // unreadable: left to its client
 		}
-		for _, cmd := range cmds {
-			f := cmd.Val()
-			if str(f[0]) != string(storage.StateStarted) || str(f[11]) == "" {
-				continue // not started (or gone since SCAN saw it), or no request kept
-			}
-			rec, err := record(str(f[15]), str(f[16]), f[:11])
-			if err != nil {
-				return nil, err
-			}
-			if err := kept(rec, f[11], f[12], f[13]); err != nil {
-				return nil, err
-			}
-			if rec.Request == nil {
-				continue // unreadable: left to its client
-			}
-			ended := rec.LockedUntil
-			if ended.IsZero() && str(f[14]) != "" { // released: the lease ended then
-				if ended, err = micros(f[14]); err != nil {
-					return nil, err
-				}
-			}
-			if ended.After(now.Add(-q.Grace)) || now.Sub(rec.CreatedAt) >= q.Horizon ||
-				rec.Attempts >= q.MaxAttempts || rec.NextAttempt.After(now) {
-				continue
-			}
-			if !slices.ContainsFunc(found, func(r *storage.Record) bool { return r.Scope == rec.Scope && r.Key == rec.Key }) {
-				found = append(found, rec) // SCAN may return a key twice
+		ended := rec.LockedUntil
+		if ended.IsZero() && str(f[14]) != "" { // released: the lease ended then
+			if ended, err = micros(f[14]); err != nil {
+				return err
 			}
 		}
-		if cursor = next; cursor == 0 {
-			return found, nil
+		if ended.After(now.Add(-q.Grace)) || now.Sub(rec.CreatedAt) >= q.Horizon ||
+			rec.Attempts >= q.MaxAttempts || rec.NextAttempt.After(now) {
+			return nil
 		}
-	}
+		if !slices.ContainsFunc(found, func(r *storage.Record) bool { return r.Scope == rec.Scope && r.Key == rec.Key }) {
+			found = append(found, rec) // SCAN may return a key twice
+		}
+		return nil
+	})
+	return found, err
 }

@@ -79,15 +79,7 @@ func (s *Store) CountKeys(ctx context.Context) (*storage.KeyCounts, error) {
 		}
 		return nil
 	}
-	var err error
-	switch c := s.client.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return count(ctx, n) })
-	case *redis.Ring:
-		err = c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return count(ctx, n) })
-	default:
-		err = count(ctx, s.client)
-	}
+	err := s.eachNode(ctx, count)
 	if err != nil {
 		return nil, classify(ctx, "count keys", err)
 	}
@@ -101,44 +93,10 @@ func (s *Store) countNode(ctx context.Context, node redis.Cmdable) (*storage.Key
 		return nil, err
 	}
 	kc := &storage.KeyCounts{Now: t}
-	match := globEscape(s.prefix) + "{*}"
-	var cursor uint64
-	for {
-		names, next, err := node.Scan(ctx, cursor, match, countBatch).Result()
-		if err != nil {
-			return nil, err
-		}
-		if err := s.countBatch(ctx, node, names, kc); err != nil {
-			return nil, err
-		}
-		if cursor = next; cursor == 0 {
-			return kc, nil
-		}
-	}
-}
-
-// countBatch reads the keys names (SCAN's, so a key may come twice across batches, and
-// one that expired meanwhile comes back empty) and adds them to kc.
-func (s *Store) countBatch(ctx context.Context, node redis.Cmdable, names []string, kc *storage.KeyCounts) error {
-	if len(names) == 0 {
-		return nil
-	}
-	pipe := node.Pipeline()
-	cmds := make([]*redis.SliceCmd, 0, len(names))
-	for _, name := range names {
-		if len(name) != len(s.prefix)+2+64 { // prefix{hex SHA-256}: see Key
-			continue
-		}
-		cmds = append(cmds, pipe.HMGet(ctx, name, "st", "lu", "ca", "s", "k"))
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return err
-	}
-	for _, cmd := range cmds {
-		f := cmd.Val()
+	err = s.scanKeys(ctx, node, []string{"st", "lu", "ca", "s", "k"}, func(f []any) error {
 		st := storage.State(str(f[0]))
 		if st == "" {
-			continue // expired or deleted since SCAN saw it
+			return nil // expired or deleted since SCAN saw it
 		}
 		lu, _ := strconv.ParseInt(str(f[1]), 10, 64)
 		ca, err := micros(f[2])
@@ -164,8 +122,56 @@ func (s *Store) countBatch(ctx context.Context, node redis.Cmdable, names []stri
 		if kc.Oldest == nil || ca.Before(kc.Oldest.CreatedAt) {
 			kc.Oldest = &storage.Record{Scope: str(f[3]), Key: str(f[4]), State: st, CreatedAt: ca}
 		}
+		return nil
+	})
+	return kc, err
+}
+
+// eachNode runs fn on every node that holds the store's keys: each master of a Redis
+// Cluster and each shard of a Ring (concurrently, as go-redis runs them), else the one
+// client.
+func (s *Store) eachNode(ctx context.Context, fn func(context.Context, redis.Cmdable) error) error {
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return fn(ctx, n) })
+	case *redis.Ring:
+		return c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return fn(ctx, n) })
 	}
-	return nil
+	return fn(ctx, s.client)
+}
+
+// scanKeys reads fields of every key of the store on node, a SCAN step and a pipeline
+// per countBatch keys, and calls each with their values. SCAN may return a key twice,
+// and a key that expired or was deleted since it saw it comes back with nil values.
+func (s *Store) scanKeys(ctx context.Context, node redis.Cmdable, fields []string, each func(f []any) error) error {
+	match := globEscape(s.prefix) + "{*}"
+	var cursor uint64
+	for {
+		names, next, err := node.Scan(ctx, cursor, match, countBatch).Result()
+		if err != nil {
+			return err
+		}
+		pipe := node.Pipeline()
+		cmds := make([]*redis.SliceCmd, 0, len(names))
+		for _, name := range names {
+			if len(name) == len(s.prefix)+2+64 { // prefix{hex SHA-256}: see Key
+				cmds = append(cmds, pipe.HMGet(ctx, name, fields...))
+			}
+		}
+		if len(cmds) > 0 {
+			if _, err := pipe.Exec(ctx); err != nil {
+				return err
+			}
+		}
+		for _, cmd := range cmds {
+			if err := each(cmd.Val()); err != nil {
+				return err
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return nil
+		}
+	}
 }
 
 // globEscape escapes the characters SCAN's MATCH pattern gives a meaning to.
