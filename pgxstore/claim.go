@@ -272,7 +272,13 @@ func (s *Store) claimRowFirst(ctx context.Context, c storage.Claim, wait time.Du
 		l.abort(ctx)
 		return storage.Claimed{}, classify(ctx, "claim", err, true)
 	}
-	res, err := s.settle(ctx, l.tx, c, tok, read, &row, found)
+	return l.settle(ctx, c, read, &row, found)
+}
+
+// settle ends an atomic claim on the lock's transaction with Store.settle's decision on
+// row: a replay or an error rolls the transaction back; otherwise the lock holds the key.
+func (l *atomicLock) settle(ctx context.Context, c storage.Claim, read reader, row *claimRow, found bool) (storage.Claimed, error) {
+	res, err := l.s.settle(ctx, l.tx, c, l.tok, read, row, found)
 	if err != nil {
 		l.abort(ctx)
 		return storage.Claimed{}, classify(ctx, "claim", err, true)
@@ -281,7 +287,7 @@ func (s *Store) claimRowFirst(ctx context.Context, c storage.Claim, wait time.Du
 		l.abort(ctx)
 		return storage.Claimed{Verdict: res.verdict, Record: res.rec}, nil
 	}
-	l.point, l.takenOver = res.point, res.takenOver
+	l.point, l.takenOver, l.pending = res.point, res.takenOver, res.pending
 	l.slot.inner = l.tx
 	return claimedBy(l, l.takenOver), nil
 }
@@ -393,18 +399,7 @@ func (s *Store) claimLocked(ctx context.Context, c storage.Claim, wait time.Dura
 		}
 		return true, err
 	}
-	res, err := s.settle(ctx, l.tx, c, l.tok, read, row, true)
-	if err != nil {
-		l.abort(ctx)
-		return storage.Claimed{}, classify(ctx, "claim", err, true)
-	}
-	if res.rec != nil {
-		l.abort(ctx)
-		return storage.Claimed{Verdict: res.verdict, Record: res.rec}, nil
-	}
-	l.point, l.takenOver, l.pending = res.point, res.takenOver, res.pending
-	l.slot.inner = l.tx
-	return claimedBy(l, l.takenOver), nil
+	return l.settle(ctx, c, read, row, true)
 }
 
 // scanned turns the error of a one-row scan into found: no row is not an error.
