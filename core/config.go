@@ -134,8 +134,8 @@ type Config struct {
 	// Logger gets one structured line (scope, key, method, path, the route when the
 	// router names one, each cut to its first 64 bytes, and the error) per non-happy
 	// outcome, for a request and for Do alike: Error for a store failure, a failed
-	// recording, a misconfiguration (an empty scope or one no store can hold, the
-	// middleware twice on a route) or a resumed operation that never reached its
+	// recording, a misconfiguration (a refused scope, the middleware twice
+	// on a route) or a resumed operation that never reached its
 	// recorded recovery point (with the point); Warn for a key reused with another
 	// request (422) and a key that could not be released; Info for an answer of 409 in
 	// progress (a lost lease included) or 503 collision, a request cancelled before its

@@ -53,9 +53,8 @@ import (
 //   - The store failed or could not record the outcome: an error wrapping the store's
 //     (storage.ErrTransient for a serialization failure: retry at once). Nothing ran
 //     unprotected; redeliver later.
-//   - An empty scope: ErrEmptyScope; a scope no store can hold (see MaxScopeLength):
-//     ErrInvalidScope; a malformed id: ErrInvalidKey. Each is the caller's bug; nothing
-//     is claimed.
+//   - A malformed id: ErrInvalidKey; a scope the package documentation's Scope section
+//     refuses: ErrEmptyScope or ErrInvalidScope. Nothing is claimed.
 //
 // Hooks and the Logger see Do's outcomes as they see a request's, with empty Method and
 // Path and a Status of 0.

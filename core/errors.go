@@ -30,10 +30,8 @@ var (
 	// scope rule is in the package documentation, under Scope).
 	ErrEmptyScope = errors.New("idem: empty scope")
 
-	// ErrInvalidScope reports a scope function that returned a scope no store can hold:
-	// over MaxScopeLength bytes, not valid UTF-8, or holding a NUL byte. Like an empty
-	// scope it is the application's bug: the request is refused with a 500 problem
-	// (ProblemMisconfigured), and Do returns it without claiming anything.
+	// ErrInvalidScope reports a scope function that returned a scope no store can hold
+	// (the scope rule is in the package documentation, under Scope).
 	ErrInvalidScope = errors.New("idem: invalid scope")
 
 	// ErrInvalidConfig is wrapped by the error New returns for an invalid Config; the

@@ -6,13 +6,9 @@ import (
 	"unicode/utf8"
 )
 
-// MaxScopeLength is the longest scope accepted, in bytes. A scope is 1–MaxScopeLength
-// bytes of valid UTF-8 without NUL: what every store holds and gives back exactly
-// (MySQL/MariaDB's scope column is VARBINARY(255); PostgreSQL's text refuses invalid
-// UTF-8 and NUL). The engine checks it before any store call. A scope usually comes from
-// an authenticated identity, so one out of bounds is the application's bug: the request is
-// refused with a 500 problem (ProblemMisconfigured) and an error log line, never sent to
-// the store to fail there as a retryable 503. Map a longer identity to a scope first (its
+// MaxScopeLength is the longest scope accepted, in bytes: what every store holds and
+// gives back exactly (MySQL/MariaDB's scope column is VARBINARY(255)). The scope rule is
+// in the package documentation, under Scope; map a longer identity to a scope first (its
 // SHA-256 in hex is 64 bytes).
 const MaxScopeLength = 255
 
