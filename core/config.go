@@ -155,16 +155,6 @@ type Config struct {
 // names another: the one definition of the name, which idemclient and idemtest use too.
 const DefaultHeaderName = "Idempotency-Key"
 
-// The defaults of Config's fields, as their comments state them.
-const (
-	defaultLease           = 60 * time.Second
-	defaultLockWait        = 2 * time.Second
-	defaultStoreTimeout    = 5 * time.Second
-	defaultMaxRequestBody  = 1 << 20
-	defaultMaxResponseBody = 1 << 20
-	defaultRetryAfter      = time.Second
-)
-
 // DefaultReplayHeaders returns the response headers stored and replayed by default:
 // Location, Content-Type, Content-Location, ETag, Last-Modified and Link, in a new slice
 // each call (append to it to replay one more).
@@ -174,27 +164,6 @@ func DefaultReplayHeaders() []string {
 
 // neverReplayed headers carry credentials or per-client state; they are never stored.
 var neverReplayed = []string{"Set-Cookie", "Authorization", "WWW-Authenticate", "Proxy-Authenticate"}
-
-// defaultConfig returns a Config with every default filled in except Store.
-func defaultConfig() Config {
-	return Config{
-		HeaderName:      DefaultHeaderName,
-		Methods:         []string{http.MethodPost, http.MethodPatch},
-		MinKeyLength:    1,
-		Lease:           defaultLease,
-		LockWait:        defaultLockWait,
-		StoreTimeout:    defaultStoreTimeout,
-		MaxRequestBody:  defaultMaxRequestBody,
-		MaxResponseBody: defaultMaxResponseBody,
-		ReplayHeaders:   DefaultReplayHeaders(),
-		Storable:        StorableStatus,
-		Fingerprint:     Fingerprint,
-		Problem:         WriteProblem,
-		ProblemBase:     DefaultProblemBase,
-		RetryAfter:      defaultRetryAfter,
-		Logger:          slog.New(slog.DiscardHandler),
-	}
-}
 
 // StorableStatus is the default Config.Storable: 2xx, 3xx and deterministic 4xx are
 // recorded; 408, 409, 425, 429 (the client should simply retry) and every 5xx are not.
@@ -212,33 +181,35 @@ func StorableStatus(status int) bool {
 	return false
 }
 
-// withDefaults returns c with every zero field set to its default.
+// withDefaults returns c with every zero field set to its default, as the field's
+// comment states it.
 func (c Config) withDefaults() Config {
-	d := defaultConfig()
-	c.HeaderName = cmp.Or(c.HeaderName, d.HeaderName)
-	c.MinKeyLength = cmp.Or(c.MinKeyLength, d.MinKeyLength)
-	c.Lease = cmp.Or(c.Lease, d.Lease)
-	c.LockWait = cmp.Or(c.LockWait, d.LockWait)
-	c.StoreTimeout = cmp.Or(c.StoreTimeout, d.StoreTimeout)
-	c.MaxRequestBody = cmp.Or(c.MaxRequestBody, d.MaxRequestBody)
-	c.MaxResponseBody = cmp.Or(c.MaxResponseBody, d.MaxResponseBody)
-	c.ProblemBase = cmp.Or(c.ProblemBase, d.ProblemBase)
-	c.RetryAfter = cmp.Or(c.RetryAfter, d.RetryAfter)
-	c.Logger = cmp.Or(c.Logger, d.Logger)
+	c.HeaderName = cmp.Or(c.HeaderName, DefaultHeaderName)
+	c.MinKeyLength = cmp.Or(c.MinKeyLength, 1)
+	c.Lease = cmp.Or(c.Lease, 60*time.Second)
+	c.LockWait = cmp.Or(c.LockWait, 2*time.Second)
+	c.StoreTimeout = cmp.Or(c.StoreTimeout, 5*time.Second)
+	c.MaxRequestBody = cmp.Or(c.MaxRequestBody, 1<<20)
+	c.MaxResponseBody = cmp.Or(c.MaxResponseBody, 1<<20)
+	c.ProblemBase = cmp.Or(c.ProblemBase, DefaultProblemBase)
+	c.RetryAfter = cmp.Or(c.RetryAfter, time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
 	if c.Methods == nil {
-		c.Methods = d.Methods
+		c.Methods = []string{http.MethodPost, http.MethodPatch}
 	}
 	if c.ReplayHeaders == nil {
-		c.ReplayHeaders = d.ReplayHeaders
+		c.ReplayHeaders = DefaultReplayHeaders()
 	}
 	if c.Storable == nil {
-		c.Storable = d.Storable
+		c.Storable = StorableStatus
 	}
 	if c.Fingerprint == nil {
-		c.Fingerprint = d.Fingerprint
+		c.Fingerprint = Fingerprint
 	}
 	if c.Problem == nil {
-		c.Problem = d.Problem
+		c.Problem = WriteProblem
 	}
 	return c
 }
