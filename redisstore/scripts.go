@@ -100,11 +100,8 @@ local r = redis.call('HMGET', k, 'st', 'tok', 'lu')
 if r[1] ~= 'started' or r[2] ~= ARGV[1] or r[3] == '0' then return 0 end
 local now = now_us()
 local lu = now + tonumber(ARGV[2])
-if ARGV[3] then
-	redis.call('HSET', k, 'rp', ARGV[3], 'lu', us(lu))
-else
-	redis.call('HSET', k, 'lu', us(lu))
-end
+redis.call('HSET', k, 'lu', us(lu))
+if ARGV[3] then redis.call('HSET', k, 'rp', ARGV[3]) end
 cover(k, lu, now)
 return 1
 `)
