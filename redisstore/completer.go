@@ -100,11 +100,8 @@ func (s *Store) abandonedOn(ctx context.Context, node redis.Cmdable, q storage.A
 		if str(f[0]) != string(storage.StateStarted) || str(f[11]) == "" {
 			return nil // not started (or gone since SCAN saw it), or no request kept
 		}
-		rec, err := record(str(f[15]), str(f[16]), f[:11])
+		rec, err := record(str(f[15]), str(f[16]), f[:14])
 		if err != nil {
-			return err
-		}
-		if err := kept(rec, f[11], f[12], f[13]); err != nil {
 			return err
 		}
 		if rec.Request == nil {

@@ -34,17 +34,8 @@ func (s *Store) Lookup(ctx context.Context, scope, key string) (*storage.Record,
 	if len(res) == 1 {
 		return nil, now, fmt.Errorf("redisstore: key %q in scope %q: %w", key, scope, storage.ErrNotFound)
 	}
-	if len(res) != 15 {
-		return nil, now, fmt.Errorf("redisstore: look up: reply of %d fields, want 15", len(res))
-	}
-	rec, err := record(scope, key, res[1:12])
-	if err != nil {
-		return nil, now, err
-	}
-	if err := kept(rec, res[12], res[13], res[14]); err != nil {
-		return nil, now, err
-	}
-	return rec, now, nil
+	rec, err := record(scope, key, res[1:])
+	return rec, now, err
 }
 
 // countBatch is how many keys one SCAN step asks for and one pipeline reads.

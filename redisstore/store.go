@@ -217,11 +217,11 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, er
 	}
 }
 
-// record builds the Record of scope and key from a script's reply: st, fp, rp, lu, ca, m,
-// p, co, sc, h, b.
+// record builds the Record of scope and key from the fields st, fp, rp, lu, ca, m, p, co,
+// sc, h, b of its hash, then, when f holds them too, rq, at, na (kept).
 func record(scope, key string, f []any) (*storage.Record, error) {
-	if len(f) != 11 {
-		return nil, fmt.Errorf("redisstore: record reply of %d fields, want 11", len(f))
+	if len(f) != 11 && len(f) != 14 {
+		return nil, fmt.Errorf("redisstore: record reply of %d fields, want 11 or 14", len(f))
 	}
 	rec := &storage.Record{
 		Scope:         scope,
@@ -258,6 +258,11 @@ func record(scope, key string, f []any) (*storage.Record, error) {
 		rec.Response = &storage.Response{Status: status, Header: h, Body: []byte(str(f[10]))}
 	default:
 		return nil, fmt.Errorf("redisstore: key %q: unknown stored state %q", key, rec.State)
+	}
+	if len(f) == 14 {
+		if err := kept(rec, f[11], f[12], f[13]); err != nil {
+			return nil, err
+		}
 	}
 	return rec, nil
 }
