@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -67,21 +66,13 @@ func (s *Store) Abandoned(ctx context.Context, q storage.AbandonedQuery) ([]*sto
 	if q.Limit <= 0 {
 		return nil, nil
 	}
-	var (
-		mu  sync.Mutex
-		all []*storage.Record
-	)
-	list := func(ctx context.Context, node redis.Cmdable) error {
-		recs, err := s.abandonedOn(ctx, node, q)
-		mu.Lock()
-		defer mu.Unlock()
-		all = append(all, recs...)
-		return err
-	}
-	err := s.eachNode(ctx, list)
+	found, err := eachNode(ctx, s, func(ctx context.Context, node redis.Cmdable) ([]*storage.Record, error) {
+		return s.abandonedOn(ctx, node, q)
+	})
 	if err != nil {
 		return nil, classify(ctx, "list abandoned keys", err)
 	}
+	all := slices.Concat(found...)
 	slices.SortFunc(all, func(a, b *storage.Record) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return all[:min(len(all), q.Limit)], nil
 }

@@ -13,9 +13,7 @@ import (
 	"github.com/idemkit/idem/core/storage"
 )
 
-var (
-	_ storage.KeyCounter = (*Store)(nil)
-)
+var _ storage.KeyCounter = (*Store)(nil)
 
 // Lookup implements storage.Store: one script run reads the key's hash and the Redis
 // server's clock, the one its leases run on.
@@ -48,15 +46,12 @@ const countBatch = 1000
 // Now is the latest of them. Keys claimed or deleted while it runs may or may not be
 // counted.
 func (s *Store) CountKeys(ctx context.Context) (*storage.KeyCounts, error) {
+	counts, err := eachNode(ctx, s, s.countNode)
+	if err != nil {
+		return nil, classify(ctx, "count keys", err)
+	}
 	total := &storage.KeyCounts{}
-	var mu sync.Mutex
-	count := func(ctx context.Context, node redis.Cmdable) error {
-		kc, err := s.countNode(ctx, node)
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		defer mu.Unlock()
+	for _, kc := range counts {
 		total.Started += kc.Started
 		total.Completed += kc.Completed
 		total.Live += kc.Live
@@ -68,11 +63,6 @@ func (s *Store) CountKeys(ctx context.Context) (*storage.KeyCounts, error) {
 		if kc.Now.After(total.Now) {
 			total.Now = kc.Now
 		}
-		return nil
-	}
-	err := s.eachNode(ctx, count)
-	if err != nil {
-		return nil, classify(ctx, "count keys", err)
 	}
 	return total, nil
 }
@@ -120,15 +110,29 @@ func (s *Store) countNode(ctx context.Context, node redis.Cmdable) (*storage.Key
 
 // eachNode runs fn on every node that holds the store's keys: each master of a Redis
 // Cluster and each shard of a Ring (concurrently, as go-redis runs them), else the one
-// client.
-func (s *Store) eachNode(ctx context.Context, fn func(context.Context, redis.Cmdable) error) error {
+// client. It returns what fn returned on each node.
+func eachNode[T any](ctx context.Context, s *Store, fn func(context.Context, redis.Cmdable) (T, error)) ([]T, error) {
+	var (
+		mu  sync.Mutex
+		all []T
+	)
+	one := func(ctx context.Context, node redis.Cmdable) error {
+		v, err := fn(ctx, node)
+		mu.Lock()
+		defer mu.Unlock()
+		all = append(all, v)
+		return err
+	}
+	var err error
 	switch c := s.client.(type) {
 	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return fn(ctx, n) })
+		err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return one(ctx, n) })
 	case *redis.Ring:
-		return c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return fn(ctx, n) })
+		err = c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return one(ctx, n) })
+	default:
+		err = one(ctx, s.client)
 	}
-	return fn(ctx, s.client)
+	return all, err
 }
 
 // scanKeys reads fields of every key of the store on node, a SCAN step and a pipeline
