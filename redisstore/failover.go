@@ -21,14 +21,6 @@ import (
 // errors that wrap it wrap the driver's error as well.
 var ErrUnavailable = errors.New("redisstore: Redis unavailable, retry later")
 
-// unavailable reports whether err, from the client, is one of those ErrUnavailable
-// stands for.
-func unavailable(err error) bool {
-	return nodeGone(err) || errors.Is(err, ErrNotReplicated) || redis.IsLoadingError(err) ||
-		redis.HasErrorPrefix(err, "BUSY") || errors.Is(err, redis.ErrPoolTimeout) ||
-		errors.Is(err, redis.ErrPoolExhausted) || errors.Is(err, redis.ErrClosed)
-}
-
 // reloadEvery is the least time between two reloads of a cluster client's view of the
 // topology that the store asks for.
 const reloadEvery = 250 * time.Millisecond

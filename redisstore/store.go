@@ -298,10 +298,12 @@ func classify(ctx context.Context, op string, err error) error {
 	case redis.IsLoadingError(err), redis.IsReadOnlyError(err), redis.IsClusterDownError(err),
 		redis.IsTryAgainError(err), redis.IsMasterDownError(err), redis.HasErrorPrefix(err, "BUSY"):
 		return fmt.Errorf("redisstore: %s: refused by Redis, nothing changed: %w: %w", op, ErrUnavailable, err)
-	case !unavailable(err):
-		return fmt.Errorf("redisstore: %s: %w", op, err)
-	case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
-		return fmt.Errorf("redisstore: %s: %w: %w (%w)", op, ErrUnavailable, err, context.Cause(ctx))
+	case nodeGone(err), errors.Is(err, ErrNotReplicated), errors.Is(err, redis.ErrPoolTimeout),
+		errors.Is(err, redis.ErrPoolExhausted), errors.Is(err, redis.ErrClosed):
+		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			return fmt.Errorf("redisstore: %s: %w: %w (%w)", op, ErrUnavailable, err, context.Cause(ctx))
+		}
+		return fmt.Errorf("redisstore: %s: %w: %w", op, ErrUnavailable, err)
 	}
-	return fmt.Errorf("redisstore: %s: %w: %w", op, ErrUnavailable, err)
+	return fmt.Errorf("redisstore: %s: %w", op, err)
 }
