@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -97,19 +98,11 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	return s
 }
 
-// isNil reports whether c is nil, or a nil pointer of one of go-redis's client types.
+// isNil reports whether c is nil, or a nil pointer of a client type (go-redis's are
+// pointers).
 func isNil(c redis.UniversalClient) bool {
-	switch c := c.(type) {
-	case nil:
-		return true
-	case *redis.Client:
-		return c == nil
-	case *redis.ClusterClient:
-		return c == nil
-	case *redis.Ring:
-		return c == nil
-	}
-	return false
+	v := reflect.ValueOf(c)
+	return c == nil || v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // Retention reports how long keys are kept (WithRetention).
