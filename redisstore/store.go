@@ -158,26 +158,22 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, er
 		return storage.Claimed{}, fmt.Errorf("redisstore: mode %s: %w: Redis has no transaction to share, use ModePhased",
 			c.Mode, storage.ErrUnsupportedMode)
 	}
-	lease := c.Lease
 	ttl := max(s.retention, c.Retention)
 	key, tok := s.Key(c.Scope, c.Key), newToken()
 	res, err := s.run(ctx, claimScript, key, false,
-		c.Fingerprint, c.Method, c.Path, tok, lease.Microseconds(), c.Retention.Microseconds(), ttl.Milliseconds(),
+		c.Fingerprint, c.Method, c.Path, tok, c.Lease.Microseconds(), c.Retention.Microseconds(), ttl.Milliseconds(),
 		c.Scope, c.Key, storage.EncodeRequest(c.Request)).Slice()
 	if err != nil {
 		return storage.Claimed{}, classify(ctx, "claim", err)
 	}
-	if len(res) == 0 {
-		return storage.Claimed{}, fmt.Errorf("redisstore: claim: empty reply")
+	if len(res) == 0 || res[0] != "claimed" && len(res) < 2 {
+		return storage.Claimed{}, fmt.Errorf("redisstore: claim: short reply %v", res)
 	}
-	l := &lock{s: s, key: key, tok: tok, lease: lease, point: storage.RecoveryStarted}
+	l := &lock{s: s, key: key, tok: tok, lease: c.Lease, point: storage.RecoveryStarted}
 	switch kind, _ := res[0].(string); kind {
 	case "claimed":
 		return storage.Claimed{Verdict: storage.VerdictAbsent, Lock: l}, nil
 	case "takeover", "mine":
-		if len(res) < 2 {
-			return storage.Claimed{}, fmt.Errorf("redisstore: claim: short %s reply", kind)
-		}
 		l.point = str(res[1])
 		// A claim whose reply was lost and that the client sent again finds its own token:
 		// it was a takeover if the key had progress (a fresh claim starts at "started").
@@ -188,9 +184,6 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, er
 		}
 		return storage.Claimed{Verdict: v, Lock: l}, nil
 	case "record":
-		if len(res) < 2 {
-			return storage.Claimed{}, fmt.Errorf("redisstore: claim: short record reply")
-		}
 		now, err := micros(res[1])
 		if err != nil {
 			return storage.Claimed{}, err
