@@ -48,24 +48,23 @@ func WithReplicaAcks(n int, timeout time.Duration) Option {
 // wrote nothing, so there is nothing to wait for. Otherwise too few acknowledgements make
 // the command's error wrap ErrNotReplicated; the script's change stays on the master.
 func (s *Store) runAcked(ctx context.Context, script *redis.Script, key string, args []any) *redis.Cmd {
-	keys := []string{key}
 	node, err := s.master(ctx, key)
 	if err != nil {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)
 		return cmd
 	}
-	pipe := func(eval func(p redis.Pipeliner) *redis.Cmd) (cmd, wait *redis.Cmd) {
+	pipe := func(eval func(context.Context, redis.Scripter, []string, ...any) *redis.Cmd) (cmd, wait *redis.Cmd) {
 		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
-			cmd = eval(p)
+			cmd = eval(ctx, p, []string{key}, args...)
 			wait = p.Do(ctx, "wait", s.acks, s.ackTimeout.Milliseconds())
 			return nil
 		})
 		return cmd, wait
 	}
-	cmd, wait := pipe(func(p redis.Pipeliner) *redis.Cmd { return script.EvalSha(ctx, p, keys, args...) })
+	cmd, wait := pipe(script.EvalSha)
 	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") { // a master that lost its script cache: a restart, a promoted replica
-		cmd, wait = pipe(func(p redis.Pipeliner) *redis.Cmd { return script.Eval(ctx, p, keys, args...) })
+		cmd, wait = pipe(script.Eval)
 	}
 	if cmd.Err() != nil {
 		return cmd
@@ -84,13 +83,11 @@ func (s *Store) runAcked(ctx context.Context, script *redis.Script, key string, 
 
 // master returns a client whose connections go to key's master: the cluster node that
 // serves key's slot, or the store's client itself (one server, or a failover client,
-// which connects to the master Sentinel names).
+// which connects to the master Sentinel names). New accepts no other client with
+// WithReplicaAcks.
 func (s *Store) master(ctx context.Context, key string) (*redis.Client, error) {
-	switch c := s.client.(type) {
-	case *redis.ClusterClient:
+	if c, ok := s.client.(*redis.ClusterClient); ok {
 		return c.MasterForKey(ctx, key)
-	case *redis.Client:
-		return c, nil
 	}
-	return nil, fmt.Errorf("redisstore: replica acknowledgements need a *redis.Client or a *redis.ClusterClient, not %T", s.client)
+	return s.client.(*redis.Client), nil
 }
