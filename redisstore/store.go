@@ -129,18 +129,10 @@ var _ storage.SelfExpiring = (*Store)(nil)
 // have one length, and everything of one operation lives in one Cluster hash slot.
 func (s *Store) Key(scope, key string) string {
 	h := sha256.New()
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(scope))) // length first: ("a", "bc") and ("ab", "c") differ
-	h.Write(n[:])
+	h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(scope)))) // length first: ("a", "bc") and ("ab", "c") differ
 	h.Write([]byte(scope))
 	h.Write([]byte(key))
-	var sum [sha256.Size]byte
-	b := make([]byte, 0, len(s.prefix)+2+2*len(sum))
-	b = append(b, s.prefix...)
-	b = append(b, '{')
-	b = hex.AppendEncode(b, h.Sum(sum[:0]))
-	b = append(b, '}')
-	return string(b)
+	return s.prefix + "{" + hex.EncodeToString(h.Sum(nil)) + "}"
 }
 
 // newToken returns a fresh fencing token (keyrow.Token) as hex: a token of a key deleted
