@@ -107,11 +107,7 @@ func (l *lock) Complete(ctx context.Context, r *storage.Response) error {
 	if r == nil {
 		return errors.New("redisstore: complete: nil response")
 	}
-	body := r.Body
-	if body == nil {
-		body = []byte{}
-	}
-	if err := l.fenced(ctx, "complete", completeScript, true, r.Status, storage.EncodeHeader(r.Header), body); err != nil {
+	if err := l.fenced(ctx, "complete", completeScript, true, r.Status, storage.EncodeHeader(r.Header), r.Body); err != nil {
 		return err
 	}
 	l.ended = true
