@@ -159,18 +159,17 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, er
 			e.rec.Fingerprint = append(e.fp[:0], c.Fingerprint...)
 		}
 		s.keys[k] = e
-		return storage.Claimed{Verdict: v, Lock: s.take(&e.first, k, e, now, c.Lease, false)}, nil
+		return storage.Claimed{Verdict: v, Lock: s.take(&e.first, e, now, c.Lease, false)}, nil
 	case storage.VerdictTakeOver: // fences the old lock out
-		return storage.Claimed{Verdict: v, Lock: s.take(new(lock), k, e, now, c.Lease, true)}, nil
+		return storage.Claimed{Verdict: v, Lock: s.take(new(lock), e, now, c.Lease, true)}, nil
 	default:
 		return storage.Claimed{Verdict: v, Record: e.report()}, nil
 	}
 }
 
-// take makes l, a new lock, the owner of e, key k, with a lease from now. The caller
-// holds s.mu.
-func (s *Store) take(l *lock, k id, e *entry, now time.Time, lease time.Duration, takenOver bool) *lock {
-	*l = lock{s: s, k: k, e: e, lease: lease, claimedPoint: e.rec.RecoveryPoint, takenOver: takenOver}
+// take makes l, a new lock, the owner of e, with a lease from now. The caller holds s.mu.
+func (s *Store) take(l *lock, e *entry, now time.Time, lease time.Duration, takenOver bool) *lock {
+	*l = lock{s: s, e: e, lease: lease, claimedPoint: e.rec.RecoveryPoint, takenOver: takenOver}
 	e.owner = l
 	e.rec.LockedUntil = now.Add(lease)
 	return l
@@ -261,7 +260,6 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time, limit int) 
 // lock is a Lock on one entry. Its identity is its fencing token (entry.owner).
 type lock struct {
 	s            *Store
-	k            id
 	e            *entry
 	lease        time.Duration
 	claimedPoint string // the recovery point when the lock was obtained
@@ -363,7 +361,7 @@ func (l *lock) Release(ctx context.Context) error {
 		return fmt.Errorf("memstore: release: %w", storage.ErrLeaseLost)
 	}
 	if l.e.rec.RecoveryPoint == storage.RecoveryStarted {
-		delete(l.s.keys, l.k)
+		delete(l.s.keys, id{l.e.rec.Scope, l.e.rec.Key})
 	} else {
 		l.e.rec.LockedUntil = l.s.now()
 	}
