@@ -158,7 +158,7 @@ func (s *Store) Claim(ctx context.Context, c storage.Claim) (storage.Claimed, er
 	if err != nil {
 		return storage.Claimed{}, classify(ctx, "claim", err)
 	}
-	if len(res) == 0 || res[0] != "claimed" && len(res) < 2 {
+	if len(res) == 0 || (res[0] != "claimed" && len(res) < 2) {
 		return storage.Claimed{}, fmt.Errorf("redisstore: claim: short reply %v", res)
 	}
 	l := &lock{s: s, key: key, tok: tok, lease: c.Lease, point: storage.RecoveryStarted}
