@@ -376,26 +376,6 @@ func (c *Completer) Run(ctx context.Context) error {
 	if _, err := c.store(); err != nil {
 		return err
 	}
-	interval := c.Interval
-	if interval <= 0 {
-		interval = defaultCompleterInterval
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		n, err := c.Pass(ctx)
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case err != nil:
-			c.logger().LogAttrs(ctx, slog.LevelError, "idem: completer pass failed", slog.Any("error", err))
-		case n > 0:
-			c.logger().LogAttrs(ctx, slog.LevelDebug, "idem: completer pass", slog.Int("completed", n))
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	every(ctx, c.Interval, defaultCompleterInterval, c.logger(), "completer", c.Pass)
+	return nil
 }

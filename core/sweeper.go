@@ -30,7 +30,8 @@ type Sweeper struct {
 	// as the batch before took, so a sweep takes at most half the database's time;
 	// negative: no pause.
 	Pause time.Duration
-	// Logger receives a debug line per sweep and errors. Default: discards.
+	// Logger receives an error line per sweep that fails and a debug line per sweep that
+	// deleted keys. Default: discards.
 	Logger *slog.Logger
 }
 
@@ -104,29 +105,37 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	if _, err := s.retention(); err != nil {
 		return err
 	}
-	interval := s.Interval
-	if interval <= 0 {
-		interval = time.Minute
-	}
 	log := s.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	every(ctx, s.Interval, time.Minute, log, "sweep", s.Sweep)
+	return nil
+}
+
+// every runs pass at once, then every interval (fallback when interval is not positive)
+// until ctx is done: the loop of Sweeper.Run and Completer.Run. A pass that fails is
+// logged at Error, and the next one tries again; one that did something, at Debug with
+// its count.
+func every(ctx context.Context, interval, fallback time.Duration, log *slog.Logger, what string, pass func(context.Context) (int, error)) {
+	if interval <= 0 {
+		interval = fallback
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		n, err := s.Sweep(ctx)
+		n, err := pass(ctx)
 		switch {
 		case ctx.Err() != nil:
-			return nil
+			return
 		case err != nil:
-			log.LogAttrs(ctx, slog.LevelError, "idem: sweep failed", slog.Any("error", err))
-		default:
-			log.LogAttrs(ctx, slog.LevelDebug, "idem: swept expired keys", slog.Int("deleted", n))
+			log.LogAttrs(ctx, slog.LevelError, "idem: "+what+" pass failed", slog.Any("error", err))
+		case n > 0:
+			log.LogAttrs(ctx, slog.LevelDebug, "idem: "+what+" pass", slog.Int("done", n))
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-t.C:
 		}
 	}
