@@ -376,6 +376,6 @@ func (c *Completer) Run(ctx context.Context) error {
 	if _, err := c.store(); err != nil {
 		return err
 	}
-	every(ctx, c.Interval, defaultCompleterInterval, c.logger(), "completer", c.Pass)
+	every(ctx, c.Interval, defaultCompleterInterval, c.logger(), "completer pass", "completed", c.Pass)
 	return nil
 }

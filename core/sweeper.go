@@ -109,15 +109,15 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	every(ctx, s.Interval, time.Minute, log, "sweep", s.Sweep)
+	every(ctx, s.Interval, time.Minute, log, "sweep", "deleted", s.Sweep)
 	return nil
 }
 
 // every runs pass at once, then every interval (fallback when interval is not positive)
 // until ctx is done: the loop of Sweeper.Run and Completer.Run. A pass that fails is
-// logged at Error, and the next one tries again; one that did something, at Debug with
-// its count.
-func every(ctx context.Context, interval, fallback time.Duration, log *slog.Logger, what string, pass func(context.Context) (int, error)) {
+// logged at Error ("idem: <what> failed"), and the next one tries again; one that did
+// something, at Debug ("idem: <what>", its count as the attribute named count).
+func every(ctx context.Context, interval, fallback time.Duration, log *slog.Logger, what, count string, pass func(context.Context) (int, error)) {
 	if interval <= 0 {
 		interval = fallback
 	}
@@ -129,9 +129,9 @@ func every(ctx context.Context, interval, fallback time.Duration, log *slog.Logg
 		case ctx.Err() != nil:
 			return
 		case err != nil:
-			log.LogAttrs(ctx, slog.LevelError, "idem: "+what+" pass failed", slog.Any("error", err))
+			log.LogAttrs(ctx, slog.LevelError, "idem: "+what+" failed", slog.Any("error", err))
 		case n > 0:
-			log.LogAttrs(ctx, slog.LevelDebug, "idem: "+what+" pass", slog.Int("done", n))
+			log.LogAttrs(ctx, slog.LevelDebug, "idem: "+what, slog.Int(count, n))
 		}
 		select {
 		case <-ctx.Done():
